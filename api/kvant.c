@@ -1,0 +1,166 @@
+/* kvant.c - the public API (include/kvant.h) over the modules. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvant.h"
+#include "kernels/types.h"
+#include "model/model.h"
+#include "sample/sample.h"
+
+#define KVANT_VERSION "0.1.0"
+#define SEQ_MAX_BATCH 512 /* tokens per forward chunk; longer prompts run in chunks */
+
+struct kvant_model {
+    model *m;
+};
+
+struct kvant_seq {
+    const model *m;
+    kv_cache *kv;
+    model_work *work;
+};
+
+struct kvant_sampler {
+    sampler *s;
+};
+
+const char *kvant_version(void) { return KVANT_VERSION; }
+int kvant_default_threads(void) { return core_cpu_count(); }
+double kvant_time_ms(void) { return core_time_ms(); }
+
+kvant_model *kvant_model_open(const char *path, const kvant_model_params *p, kvant_status *st) {
+    kvant_model *km = calloc(1, sizeof *km);
+    if (!km) {
+        core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    km->m = model_open(path, p ? p->tokenizer_path : NULL, p ? p->n_threads : 0, st);
+    if (!km->m) {
+        free(km);
+        return NULL;
+    }
+    core_ok(st);
+    return km;
+}
+
+void kvant_model_free(kvant_model *km) {
+    if (!km) return;
+    model_close(km->m);
+    free(km);
+}
+
+void kvant_model_get_info(const kvant_model *km, kvant_model_info *o) {
+    const model *m = km->m;
+    const model_config *c = &m->cfg;
+    memset(o, 0, sizeof *o);
+    o->arch = "llama";
+    o->name = m->name;
+    o->file_format = m->file_format;
+    o->dim = c->dim;
+    o->hidden_dim = c->hidden_dim;
+    o->n_layers = c->n_layers;
+    o->n_heads = c->n_heads;
+    o->n_kv_heads = c->n_kv_heads;
+    o->head_dim = c->head_dim;
+    o->vocab_size = c->vocab_size;
+    o->n_ctx_train = c->n_ctx_train;
+    o->norm_eps = c->norm_eps;
+    o->rope_base = c->rope_base;
+    o->rope_dim = c->rope_dim;
+    o->rope_neox = c->rope_neox;
+    o->tied_output = m->tied_output;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const model_tensor *t = &m->tensors[i];
+        o->n_params += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        o->weight_bytes += t->nbytes;
+    }
+    o->bos_id = tok_bos(m->tok);
+    o->eos_id = tok_eos(m->tok);
+    o->tokenizer_model = tok_get_kind(m->tok) == TOK_GPT2 ? "gpt2" : "llama";
+}
+
+int kvant_model_n_tensors(const kvant_model *km) { return km->m->n_tensors; }
+
+void kvant_model_tensor(const kvant_model *km, int i, kvant_tensor_info *o) {
+    const model_tensor *t = &km->m->tensors[i];
+    o->name = t->name;
+    o->type_name = kern_type_name(t->type);
+    o->n_dims = t->n_dims;
+    memcpy(o->ne, t->ne, sizeof o->ne);
+    o->nbytes = t->nbytes;
+}
+
+int kvant_tokenize(const kvant_model *km, const char *text, size_t len, bool add_bos, int32_t *tokens, int max) {
+    return tok_encode(km->m->tok, text, len, add_bos, false, tokens, max);
+}
+
+int kvant_token_to_piece(const kvant_model *km, int32_t prev, int32_t token, char *buf, int cap) {
+    if (token < 0 || token >= tok_n_vocab(km->m->tok)) return 0;
+    return tok_decode_piece(km->m->tok, prev, token, buf, cap);
+}
+
+kvant_seq *kvant_seq_new(kvant_model *km, int n_ctx, kvant_status *st) {
+    const model *m = km->m;
+    if (n_ctx <= 0) n_ctx = m->cfg.n_ctx_train;
+    kvant_seq *s = calloc(1, sizeof *s);
+    if (!s) {
+        core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    s->m = m;
+    s->kv = kv_cache_new(m->cfg.n_layers, n_ctx, m->cfg.n_kv_heads * m->cfg.head_dim, st);
+    if (s->kv) s->work = model_work_new(m, SEQ_MAX_BATCH, n_ctx, st);
+    if (!s->kv || !s->work) {
+        kvant_seq_free(s);
+        return NULL;
+    }
+    core_ok(st);
+    return s;
+}
+
+void kvant_seq_free(kvant_seq *s) {
+    if (!s) return;
+    kv_cache_free(s->kv);
+    model_work_free(s->work);
+    free(s);
+}
+
+void kvant_seq_reset(kvant_seq *s) { kv_cache_clear(s->kv); }
+int kvant_seq_pos(const kvant_seq *s) { return s->kv->n_pos; }
+size_t kvant_seq_kv_bytes(const kvant_seq *s) { return kv_bytes_used(s->kv); }
+size_t kvant_seq_kv_capacity_bytes(const kvant_seq *s) { return kv_bytes_reserved(s->kv); }
+
+kvant_code kvant_forward(kvant_seq *s, const int32_t *tokens, int n, float *logits, bool all_logits,
+                         kvant_status *st) {
+    return model_forward(s->m, s->work, s->kv, tokens, n, logits, all_logits, st);
+}
+
+kvant_sampling kvant_sampling_default(void) {
+    return (kvant_sampling){.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+                            .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0};
+}
+
+kvant_sampler *kvant_sampler_new(const kvant_sampling *p, int vocab_size, kvant_status *st) {
+    const sample_params sp = {p->temperature, p->top_k, p->top_p, p->min_p, p->repeat_penalty, p->repeat_last_n,
+                              p->seed};
+    kvant_sampler *ks = calloc(1, sizeof *ks);
+    if (!ks) {
+        core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    ks->s = sampler_new(&sp, vocab_size, st);
+    if (!ks->s) {
+        free(ks);
+        return NULL;
+    }
+    return ks;
+}
+
+void kvant_sampler_free(kvant_sampler *ks) {
+    if (!ks) return;
+    sampler_free(ks->s);
+    free(ks);
+}
+
+int32_t kvant_sampler_sample(kvant_sampler *ks, float *logits) { return sampler_sample(ks->s, logits); }
+void kvant_sampler_accept(kvant_sampler *ks, int32_t token) { sampler_accept(ks->s, token); }

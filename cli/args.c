@@ -1,0 +1,76 @@
+/* args.c - flag parsing helpers with range checks and clear messages. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+bool cli_is(cli_args *a, const char *n1, const char *n2) {
+    const char *s = a->argv[a->i];
+    return (n1 && !strcmp(s, n1)) || (n2 && !strcmp(s, n2));
+}
+
+const char *cli_str(cli_args *a) {
+    const char *flag = a->argv[a->i];
+    if (a->i + 1 >= a->argc) {
+        fprintf(stderr, "%s: option '%s' needs a value (see --help)\n", a->cmd, flag);
+        a->error = true;
+        return NULL;
+    }
+    return a->argv[++a->i];
+}
+
+static void bad_value(cli_args *a, const char *flag, const char *v, const char *why) {
+    fprintf(stderr, "%s: bad value '%s' for %s: %s\n", a->cmd, v, flag, why);
+    a->error = true;
+}
+
+int cli_int(cli_args *a, long lo, long hi) {
+    const char *flag = a->argv[a->i], *v = cli_str(a);
+    if (!v) return 0;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end) { bad_value(a, flag, v, "expected an integer"); return 0; }
+    if (x < lo || x > hi) {
+        char why[96];
+        snprintf(why, sizeof why, "must be in [%ld, %ld]", lo, hi);
+        bad_value(a, flag, v, why);
+        return 0;
+    }
+    return (int)x;
+}
+
+float cli_float(cli_args *a, float lo, float hi) {
+    const char *flag = a->argv[a->i], *v = cli_str(a);
+    if (!v) return 0;
+    char *end;
+    errno = 0;
+    float x = strtof(v, &end);
+    if (errno || end == v || *end || x != x) { bad_value(a, flag, v, "expected a number"); return 0; }
+    if (x < lo || x > hi) {
+        char why[96];
+        snprintf(why, sizeof why, "must be in [%g, %g]", lo, hi);
+        bad_value(a, flag, v, why);
+        return 0;
+    }
+    return x;
+}
+
+uint64_t cli_u64(cli_args *a) {
+    const char *flag = a->argv[a->i], *v = cli_str(a);
+    if (!v) return 0;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-') { bad_value(a, flag, v, "expected a non-negative integer"); return 0; }
+    return x;
+}
+
+void cli_unknown(cli_args *a) {
+    fprintf(stderr, "%s: unknown option '%s' (see --help)\n", a->cmd, a->argv[a->i]);
+    a->error = true;
+}
+
+int cli_status_exit(const kvant_status *st) { return st->code == KVANT_ERR_IO ? CLI_USAGE : CLI_FAIL; }

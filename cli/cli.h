@@ -1,0 +1,38 @@
+/* cli/ - the kvant command line.  Only this folder may exit the process;
+ * it uses nothing but the public API (include/kvant.h).
+ * Exit codes: 0 success, 1 the work failed (bad model file, ...),
+ * 2 usage errors (bad flag, missing file). */
+#ifndef KVANT_CLI_H
+#define KVANT_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvant.h"
+
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* argument cursor over argv[first..argc) */
+typedef struct {
+    int argc, i;
+    char **argv;
+    const char *cmd;  /* for messages: "kvant run" */
+    bool error;       /* set once a message was printed */
+} cli_args;
+
+/* true if argv[i] equals one of the names (e.g. "-n", "--n-predict") */
+bool cli_is(cli_args *a, const char *name1, const char *name2);
+/* the value after the flag at argv[i] (advances); prints + sets error if missing */
+const char *cli_str(cli_args *a);
+int cli_int(cli_args *a, long lo, long hi);
+float cli_float(cli_args *a, float lo, float hi);
+uint64_t cli_u64(cli_args *a);
+/* prints "kvant run: unknown option 'x' (see --help)" and sets error */
+void cli_unknown(cli_args *a);
+/* exit code for a failed library call: 2 for unreadable files, else 1 */
+int cli_status_exit(const kvant_status *st);
+
+int cmd_run(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+
+#endif

@@ -1,0 +1,179 @@
+/* cmd_run.c - `kvant run`: one sequence, prefill then decode, streamed.
+ * Stdout carries only the generated text; stderr ends with the stats. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+
+static void run_help(void) {
+    printf("usage: kvant run -m MODEL [options]\n"
+           "\n"
+           "Generates a continuation of PROMPT and streams it to stdout (no prompt echo);\n"
+           "statistics go to stderr.\n"
+           "\n"
+           "  -m, --model FILE       GGUF (v2/v3) or llama2.c checkpoint (required)\n"
+           "  -z, --tokenizer FILE   llama2.c tokenizer.bin (for .bin checkpoints;\n"
+           "                         default: tokenizer.bin beside the model)\n"
+           "  -p, --prompt TEXT      prompt (default: empty, generation starts from BOS)\n"
+           "  -n, --n-predict N      tokens to generate (default 128)\n"
+           "  -c, --ctx N            context size in tokens (default: prompt + N)\n"
+           "      --temp T           temperature; 0 = greedy (default 0.8)\n"
+           "      --top-k K          keep the K most likely tokens; 0 = off (default 40)\n"
+           "      --top-p P          nucleus sampling; 1 = off (default 0.95)\n"
+           "      --min-p P          drop tokens below P x the top probability; 0 = off (default 0.05)\n"
+           "      --repeat-penalty R penalize the last --repeat-last-n tokens; 1 = off (default 1)\n"
+           "      --repeat-last-n N  window of the penalty (default 64)\n"
+           "  -s, --seed S           RNG seed (default: from the clock; printed in the stats)\n"
+           "  -t, --threads N        threads (default: number of CPUs, %d here)\n"
+           "      --no-cache         recompute the whole prefix for every token (no KV cache)\n"
+           "      --ignore-eos       keep generating after the end-of-sequence token\n"
+           "  -h, --help             this text\n",
+           kvant_default_threads());
+}
+
+typedef struct {
+    const char *model, *tokenizer, *prompt;
+    int n_predict, n_ctx, threads;
+    bool no_cache, ignore_eos, seed_set;
+    kvant_sampling samp;
+} run_opts;
+
+/* returns -1 to continue, or an exit code */
+static int parse(int argc, char **argv, run_opts *o) {
+    cli_args a = {argc, 1, argv, "kvant run", false};
+    *o = (run_opts){.prompt = "", .n_predict = 128, .samp = kvant_sampling_default()};
+    for (; a.i < argc && !a.error; a.i++) {
+        if (cli_is(&a, "-h", "--help")) { run_help(); return CLI_OK; }
+        else if (cli_is(&a, "-m", "--model")) o->model = cli_str(&a);
+        else if (cli_is(&a, "-z", "--tokenizer")) o->tokenizer = cli_str(&a);
+        else if (cli_is(&a, "-p", "--prompt")) o->prompt = cli_str(&a);
+        else if (cli_is(&a, "-n", "--n-predict")) o->n_predict = cli_int(&a, 0, 1 << 24);
+        else if (cli_is(&a, "-c", "--ctx")) o->n_ctx = cli_int(&a, 1, 1 << 24);
+        else if (cli_is(&a, "--temp", "--temperature")) o->samp.temperature = cli_float(&a, 0, 100);
+        else if (cli_is(&a, "--top-k", NULL)) o->samp.top_k = cli_int(&a, 0, 1 << 24);
+        else if (cli_is(&a, "--top-p", NULL)) o->samp.top_p = cli_float(&a, 1e-6f, 1);
+        else if (cli_is(&a, "--min-p", NULL)) o->samp.min_p = cli_float(&a, 0, 1);
+        else if (cli_is(&a, "--repeat-penalty", NULL)) o->samp.repeat_penalty = cli_float(&a, 1e-3f, 100);
+        else if (cli_is(&a, "--repeat-last-n", NULL)) o->samp.repeat_last_n = cli_int(&a, 0, 1 << 20);
+        else if (cli_is(&a, "-s", "--seed")) { o->samp.seed = cli_u64(&a); o->seed_set = true; }
+        else if (cli_is(&a, "-t", "--threads")) o->threads = cli_int(&a, 1, 1024);
+        else if (cli_is(&a, "--no-cache", NULL)) o->no_cache = true;
+        else if (cli_is(&a, "--ignore-eos", NULL)) o->ignore_eos = true;
+        else cli_unknown(&a);
+    }
+    if (a.error) return CLI_USAGE;
+    if (!o->model) {
+        fprintf(stderr, "kvant run: no model given: -m MODEL (see --help)\n");
+        return CLI_USAGE;
+    }
+    if (!o->seed_set) o->samp.seed = (uint64_t)time(NULL);
+    return -1;
+}
+
+typedef struct {
+    int n_prompt, n_gen;
+    double t_start, t_first, t_end; /* ms */
+    size_t kv_bytes;
+} run_stats;
+
+static void print_stats(const run_opts *o, const run_stats *s) {
+    const double ttft = s->t_first - s->t_start;
+    const double decode_ms = s->t_end - s->t_first;
+    const int n_dec = s->n_gen > 1 ? s->n_gen - 1 : 0;
+    fprintf(stderr, "\n--- stats ---\n");
+    fprintf(stderr, "prompt tokens:     %d\n", s->n_prompt);
+    fprintf(stderr, "generated tokens:  %d\n", s->n_gen);
+    fprintf(stderr, "TTFT:              %.2f ms\n", ttft);
+    fprintf(stderr, "prefill:           %.1f tokens/s\n", ttft > 0 ? s->n_prompt * 1e3 / ttft : 0.0);
+    fprintf(stderr, "TPOT:              %.3f ms\n", n_dec ? decode_ms / n_dec : 0.0);
+    fprintf(stderr, "decode:            %.1f tokens/s\n", decode_ms > 0 ? n_dec * 1e3 / decode_ms : 0.0);
+    fprintf(stderr, "KV cache in use:   %zu bytes (%.2f MiB)%s\n", s->kv_bytes, s->kv_bytes / 1048576.0,
+            o->no_cache ? " [--no-cache: recomputed every step]" : "");
+    fprintf(stderr, "sampling:          %s, seed %llu\n", o->samp.temperature > 0 ? "stochastic" : "greedy",
+            (unsigned long long)o->samp.seed);
+}
+
+int cmd_run(int argc, char **argv) {
+    run_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc >= 0) return rc;
+
+    kvant_status st;
+    kvant_model_params mp = {o.tokenizer, o.threads};
+    kvant_model *m = kvant_model_open(o.model, &mp, &st);
+    if (!m) {
+        fprintf(stderr, "kvant run: %s\n", st.msg);
+        return cli_status_exit(&st);
+    }
+    kvant_model_info info;
+    kvant_model_get_info(m, &info);
+
+    /* prompt tokens: BOS + the text (SentencePiece adds the leading space) */
+    const size_t plen = strlen(o.prompt);
+    int cap = (int)plen + 8;
+    int32_t *tokens = malloc((size_t)(cap + o.n_predict) * sizeof *tokens);
+    float *logits = malloc((size_t)info.vocab_size * sizeof *logits);
+    kvant_seq *seq = NULL;
+    kvant_sampler *smp = NULL;
+    rc = CLI_FAIL;
+    if (!tokens || !logits) goto done;
+    int n_prompt = kvant_tokenize(m, o.prompt, plen, true, tokens, cap);
+    if (n_prompt <= 0) {
+        fprintf(stderr, "kvant run: cannot tokenize the prompt\n");
+        goto done;
+    }
+    const int n_ctx = o.n_ctx ? o.n_ctx : n_prompt + o.n_predict;
+    if (n_prompt + o.n_predict > n_ctx) {
+        fprintf(stderr, "kvant run: prompt (%d tokens) + %d new tokens do not fit the context of %d\n", n_prompt,
+                o.n_predict, n_ctx);
+        rc = CLI_USAGE;
+        goto done;
+    }
+    if (n_ctx > info.n_ctx_train)
+        fprintf(stderr, "kvant run: warning: context %d exceeds the training context %d\n", n_ctx, info.n_ctx_train);
+    if (!(seq = kvant_seq_new(m, n_ctx, &st)) || !(smp = kvant_sampler_new(&o.samp, info.vocab_size, &st))) {
+        fprintf(stderr, "kvant run: %s\n", st.msg);
+        goto done;
+    }
+    for (int i = 0; i < n_prompt; i++) kvant_sampler_accept(smp, tokens[i]);
+
+    run_stats s = {.n_prompt = n_prompt};
+    s.t_start = kvant_time_ms();
+    int n = n_prompt; /* tokens in the sequence so far */
+    if (kvant_forward(seq, tokens, n_prompt, logits, false, &st)) goto fwd_fail;
+    char piece[256];
+    for (int g = 0; g < o.n_predict; g++) {
+        const int32_t next = kvant_sampler_sample(smp, logits);
+        if (g == 0) s.t_first = kvant_time_ms();
+        if (next == info.eos_id && !o.ignore_eos) break;
+        kvant_sampler_accept(smp, next);
+        const int len = kvant_token_to_piece(m, tokens[n - 1], next, piece, sizeof piece);
+        fwrite(piece, 1, (size_t)len, stdout);
+        fflush(stdout);
+        tokens[n++] = next;
+        s.n_gen++;
+        if (g + 1 == o.n_predict) break;
+        if (o.no_cache) { /* the naive decoder: recompute every position */
+            kvant_seq_reset(seq);
+            if (kvant_forward(seq, tokens, n, logits, false, &st)) goto fwd_fail;
+        } else if (kvant_forward(seq, &tokens[n - 1], 1, logits, false, &st)) goto fwd_fail;
+    }
+    s.t_end = kvant_time_ms();
+    if (!s.t_first) s.t_first = s.t_end;
+    s.kv_bytes = kvant_seq_kv_bytes(seq);
+
+    print_stats(&o, &s);
+    rc = CLI_OK;
+    goto done;
+fwd_fail:
+    fprintf(stderr, "\nkvant run: %s\n", st.msg);
+done:
+    kvant_sampler_free(smp);
+    kvant_seq_free(seq);
+    free(tokens);
+    free(logits);
+    kvant_model_free(m);
+    return rc;
+}

@@ -1,0 +1,39 @@
+/* main.c - `kvant COMMAND ...` dispatch. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "kvant %s - LLM inference and compression in C\n"
+            "\n"
+            "usage: kvant COMMAND [options]\n"
+            "\n"
+            "commands:\n"
+            "  run    generate text from a prompt (GGUF or llama2.c model)\n"
+            "  info   describe a model: hyperparameters, tensors, KV cache size\n"
+            "\n"
+            "`kvant COMMAND --help` describes each command's options.\n",
+            kvant_version());
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("kvant %s\n", kvant_version());
+        return CLI_OK;
+    }
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    fprintf(stderr, "kvant: unknown command '%s' (see kvant --help)\n", cmd);
+    return CLI_USAGE;
+}

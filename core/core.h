@@ -1,0 +1,61 @@
+/* core/ - the bottom layer: status and logging, assertions, checked
+ * arithmetic, file mapping, a thread pool and a clock.  Nothing here knows
+ * about models. */
+#ifndef KVANT_CORE_H
+#define KVANT_CORE_H
+
+#include "kvant.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- bugs: assertion with file:line, then abort ------------------------ */
+void core_assert_fail(const char *expr, const char *file, int line);
+#define CORE_ASSERT(x) ((x) ? (void)0 : core_assert_fail(#x, __FILE__, __LINE__))
+
+/* ---- recoverable failures --------------------------------------------- */
+/* Fills st (if not NULL) with code and a printf-style message; returns code. */
+kvant_code core_fail(kvant_status *st, kvant_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline void core_ok(kvant_status *st) { if (st) { st->code = KVANT_OK; st->msg[0] = 0; } }
+
+/* ---- logging: one function the embedder can redirect ------------------- */
+void core_log(kvant_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- overflow-checked size arithmetic (true when the result fits) ------- */
+static inline bool core_add_ok(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_add_overflow(a, b, r); }
+static inline bool core_mul_ok(uint64_t a, uint64_t b, uint64_t *r) { return !__builtin_mul_overflow(a, b, r); }
+
+/* ---- read-only file mapping -------------------------------------------- */
+typedef struct {
+    const uint8_t *data;
+    size_t size;
+} core_map;
+/* Maps the whole file read-only.  Empty files map to data == NULL, size 0. */
+kvant_code core_map_file(const char *path, core_map *m, kvant_status *st);
+void core_unmap(core_map *m);
+
+/* ---- thread pool --------------------------------------------------------
+ * core_pool_run(pool, fn, ctx) calls fn(ctx, ith, nth) once on each of the
+ * nth threads (the caller is thread 0) and returns when all are done.  The
+ * pool is created once; running a job allocates nothing. */
+typedef struct core_pool core_pool;
+typedef void (*core_task_fn)(void *ctx, int ith, int nth);
+core_pool *core_pool_new(int n_threads); /* NULL on failure */
+void core_pool_free(core_pool *p);
+int  core_pool_size(const core_pool *p);
+void core_pool_run(core_pool *p, core_task_fn fn, void *ctx);
+/* splits [0, n) into nth nearly equal parts; part ith is [*lo, *hi) */
+static inline void core_split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    int64_t per = n / nth, rem = n % nth;
+    *lo = ith * per + (ith < rem ? ith : rem);
+    *hi = *lo + per + (ith < rem ? 1 : 0);
+}
+int core_cpu_count(void);
+
+/* ---- time ---------------------------------------------------------------- */
+double core_time_ms(void); /* monotonic clock */
+
+#endif

@@ -1,0 +1,141 @@
+/* kvant.h - the public C API of kvant.
+ *
+ * Everything the CLI (and later the server) does goes through this header;
+ * handles are opaque, names carry the kvant_ prefix.  A model (weights,
+ * tokenizer, config) is immutable after kvant_model_open and may be shared;
+ * a sequence (kvant_seq) owns one KV cache and a position.
+ *
+ * Errors: functions that can fail take a kvant_status* and return NULL or a
+ * non-zero kvant_code; st->msg then holds one line a user can read.  The
+ * library never exits the process.
+ */
+#ifndef KVANT_H
+#define KVANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status ---------------------------------------------------------- */
+typedef enum {
+    KVANT_OK = 0,
+    KVANT_ERR_IO,          /* cannot open / read / map a file            */
+    KVANT_ERR_FORMAT,      /* malformed or truncated file                */
+    KVANT_ERR_UNSUPPORTED, /* valid file, feature kvant does not support */
+    KVANT_ERR_NOMEM,       /* allocation failed or a size would overflow */
+    KVANT_ERR_ARG,         /* bad argument from the caller               */
+    KVANT_ERR_FULL,        /* out of KV cache / context                  */
+} kvant_code;
+
+typedef struct {
+    kvant_code code;
+    char msg[512];
+} kvant_status;
+
+/* ---- logging ---------------------------------------------------------- */
+typedef enum { KVANT_LOG_ERROR, KVANT_LOG_WARN, KVANT_LOG_INFO, KVANT_LOG_DEBUG } kvant_log_level;
+typedef void (*kvant_log_fn)(kvant_log_level level, const char *line, void *user);
+/* Redirects every log line of the library (default: stderr, INFO and up). */
+void kvant_set_log(kvant_log_fn fn, void *user, kvant_log_level max_level);
+
+/* ---- model ------------------------------------------------------------ */
+typedef struct kvant_model kvant_model;
+
+typedef struct {
+    const char *tokenizer_path; /* llama2.c tokenizer.bin; NULL: from GGUF / next to a .bin */
+    int n_threads;              /* 0: number of online CPUs */
+} kvant_model_params;
+
+/* Opens a GGUF (v2/v3) or llama2.c checkpoint; weights stay mmap'd. */
+kvant_model *kvant_model_open(const char *path, const kvant_model_params *p, kvant_status *st);
+void kvant_model_free(kvant_model *m);
+
+typedef struct {
+    const char *arch;       /* "llama" */
+    const char *name;       /* general.name or file name */
+    const char *file_format;/* "GGUF v3", "llama2.c v0" */
+    int dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim;
+    int vocab_size, n_ctx_train;
+    float norm_eps, rope_base;
+    int rope_dim;           /* dimensions rotated per head */
+    bool rope_neox;         /* NeoX (half-split) ordering instead of adjacent pairs */
+    bool tied_output;       /* output matrix shared with the token embedding */
+    int64_t n_params;
+    size_t weight_bytes;    /* bytes of all tensors as stored */
+    int bos_id, eos_id;
+    const char *tokenizer_model; /* "llama" (SentencePiece BPE) or "gpt2" */
+} kvant_model_info;
+
+void kvant_model_get_info(const kvant_model *m, kvant_model_info *out);
+
+/* Tensors as stored, for `kvant info`. */
+int kvant_model_n_tensors(const kvant_model *m);
+typedef struct {
+    const char *name;
+    const char *type_name;
+    int n_dims;
+    int64_t ne[4];          /* ne[0] is the contiguous (row) dimension */
+    size_t nbytes;
+} kvant_tensor_info;
+void kvant_model_tensor(const kvant_model *m, int i, kvant_tensor_info *out);
+
+/* ---- tokenizer ------------------------------------------------------- */
+/* Encodes UTF-8 text.  add_bos prepends BOS.  Returns the number of tokens,
+ * or -(needed) if max_tokens is too small. */
+int kvant_tokenize(const kvant_model *m, const char *text, size_t len, bool add_bos,
+                   int32_t *tokens, int max_tokens);
+/* Bytes that `token` adds to the text when it follows `prev` (-1 at start).
+ * Writes at most cap bytes, returns the byte count. */
+int kvant_token_to_piece(const kvant_model *m, int32_t prev, int32_t token, char *buf, int cap);
+
+/* ---- sequence: a KV cache and a position ------------------------------ */
+typedef struct kvant_seq kvant_seq;
+
+/* n_ctx: KV capacity in tokens (0: the model's training context). */
+kvant_seq *kvant_seq_new(kvant_model *m, int n_ctx, kvant_status *st);
+void kvant_seq_free(kvant_seq *s);
+void kvant_seq_reset(kvant_seq *s);      /* forget all cached positions */
+int  kvant_seq_pos(const kvant_seq *s);  /* tokens already in the cache */
+size_t kvant_seq_kv_bytes(const kvant_seq *s); /* bytes of KV in use */
+size_t kvant_seq_kv_capacity_bytes(const kvant_seq *s);
+
+/* Runs tokens[0..n) at positions pos..pos+n as one batch, appends their
+ * K/V to the cache.  logits: NULL, or [n][vocab] when all_logits, else
+ * [vocab] for the last token only. */
+kvant_code kvant_forward(kvant_seq *s, const int32_t *tokens, int n, float *logits,
+                         bool all_logits, kvant_status *st);
+
+/* ---- sampling --------------------------------------------------------- */
+typedef struct {
+    float temperature;     /* 0: greedy */
+    int top_k;             /* 0: off */
+    float top_p;           /* 1: off */
+    float min_p;           /* 0: off */
+    float repeat_penalty;  /* 1: off */
+    int repeat_last_n;     /* window for the penalty */
+    uint64_t seed;
+} kvant_sampling;
+
+kvant_sampling kvant_sampling_default(void);
+
+typedef struct kvant_sampler kvant_sampler;
+kvant_sampler *kvant_sampler_new(const kvant_sampling *p, int vocab_size, kvant_status *st);
+void kvant_sampler_free(kvant_sampler *s);
+/* Picks the next token from logits (modified in place); `accept` records
+ * a token in the penalty history (prompt tokens included). */
+int32_t kvant_sampler_sample(kvant_sampler *s, float *logits);
+void kvant_sampler_accept(kvant_sampler *s, int32_t token);
+
+/* ---- misc --------------------------------------------------------------- */
+const char *kvant_version(void);
+double kvant_time_ms(void); /* monotonic clock, milliseconds */
+int kvant_default_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,82 @@
+/* kernels/kernels.h - the compute kernels the forward pass uses.
+ *
+ * Dimension letters (used in every shape comment below):
+ *   T  tokens in the batch        K  input features (row length of W)
+ *   N  output features (rows of W) H  query heads, Hkv  KV heads, D head dim
+ *   P  positions attended to (cache length)
+ * Weight matrices are stored as ggml stores them: N rows of K elements of a
+ * type from kernels/types.h, row-major.
+ *
+ * Each kernel has a _ref version that is the spec (plain loops, no
+ * threads, allocation allowed) and a fast version used by the model; tests
+ * hold them equal within a stated tolerance.
+ */
+#ifndef KVANT_KERNELS_H
+#define KVANT_KERNELS_H
+
+#include "core/core.h"
+#include "kernels/types.h"
+
+/* ---- matmul: y[T][N] = x[T][K] . W[N][K]^T ------------------------------ */
+/* rows of W dequantized per block in the fast path */
+#define KERN_MM_ROWS 16
+
+/* Scratch the fast matmul needs: floats per thread for K-element rows. */
+static inline size_t kern_matmul_scratch_floats(int64_t K, int n_threads) {
+    return (size_t)KERN_MM_ROWS * (size_t)K * (size_t)n_threads;
+}
+/* Fast: threads split the N rows; each thread dequantizes KERN_MM_ROWS rows
+ * of W at a time into its scratch and dots them with all T inputs, so W is
+ * read once per call whatever T is (prefill is matrix-matrix).
+ * scratch: kern_matmul_scratch_floats(K, pool size) floats. */
+void kern_matmul(core_pool *pool, float *scratch, const void *W, int wtype,
+                 const float *x, float *y, int T, int64_t N, int64_t K);
+/* Reference: dequantize each row, sum x[t][k]*w[n][k] in k order. */
+void kern_matmul_ref(const void *W, int wtype, const float *x, float *y, int T, int64_t N, int64_t K);
+
+/* dot of two float vectors of length n (8 partial sums) */
+float kern_dot_f32(const float *a, const float *b, int64_t n);
+
+/* ---- elementwise ------------------------------------------------------------ */
+/* y[K] = x[K] / sqrt(mean(x^2) + eps) * w[K]  (y may alias x) */
+void kern_rmsnorm(float *y, const float *x, const float *w, int64_t K, float eps);
+void kern_rmsnorm_ref(float *y, const float *x, const float *w, int64_t K, float eps);
+
+/* x[K] = softmax(x) in place */
+void kern_softmax(float *x, int64_t K);
+void kern_softmax_ref(float *x, int64_t K);
+
+/* h[K] = silu(g[K]) * u[K]  (SwiGLU; h may alias g) */
+void kern_swiglu(float *h, const float *g, const float *u, int64_t K);
+void kern_swiglu_ref(float *h, const float *g, const float *u, int64_t K);
+
+/* ---- RoPE ---------------------------------------------------------------------
+ * Rotates the first rope_dim dims of each of n_heads heads of size D in x
+ * (x[n_heads][D]) for position pos.  Adjacent-pair ordering rotates
+ * (x[2i], x[2i+1]); NeoX ordering rotates (x[i], x[i + rope_dim/2]).  Angle
+ * for pair i: pos * base^(-2i/rope_dim). */
+typedef struct {
+    int rope_dim;
+    float base;
+    bool neox;
+} kern_rope_params;
+void kern_rope(float *x, int n_heads, int D, int pos, const kern_rope_params *p);
+void kern_rope_ref(float *x, int n_heads, int D, int pos, const kern_rope_params *p);
+
+/* ---- attention (causal, one sequence) --------------------------------------
+ * q: [T][H][D] queries at positions pos0 .. pos0+T-1.
+ * k, v: [P][Hkv][D] cached keys/values for positions 0 .. pos0+T-1 (P >= pos0+T),
+ *       row stride kv_stride floats between positions.
+ * out: [T][H][D].  Query head h reads KV head h / (H / Hkv) (GQA/MQA: no copy).
+ * scores: scratch of (pos0 + T) floats per thread (pool size threads). */
+typedef struct {
+    int T, H, Hkv, D;
+    int pos0;
+    int64_t kv_stride;
+} kern_attn_shape;
+void kern_attention(core_pool *pool, float *scores, const float *q, const float *k, const float *v,
+                    float *out, const kern_attn_shape *s);
+/* Reference: expands K/V to H heads and materializes the T x P score matrix. */
+void kern_attention_ref(const float *q, const float *k, const float *v, float *out, const kern_attn_shape *s);
+
+#endif

@@ -1,0 +1,118 @@
+/* kernels/types.h - THE table of tensor types (one row per type).
+ *
+ * Type numbers and block layouts are ggml's, so GGUF files move freely
+ * between kvant and llama.cpp.  Types kvant defines itself (2:4 sparse,
+ * zero-point INT-n, ...) will take numbers from KT_KVANT_BASE up and are
+ * written to GGUF with kvant.* metadata.
+ *
+ * A row of n elements of type t takes kern_row_bytes(t, n) bytes; n must be
+ * a multiple of the block size.  Every block struct has a static_assert on
+ * its size (kernels/quants.h).
+ */
+#ifndef KVANT_KERNELS_TYPES_H
+#define KVANT_KERNELS_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef enum {
+    KT_F32 = 0,
+    KT_F16 = 1,
+    KT_Q4_0 = 2,
+    KT_Q4_1 = 3,
+    KT_Q5_0 = 6,
+    KT_Q5_1 = 7,
+    KT_Q8_0 = 8,
+    KT_Q8_1 = 9,
+    KT_Q2_K = 10,
+    KT_Q3_K = 11,
+    KT_Q4_K = 12,
+    KT_Q5_K = 13,
+    KT_Q6_K = 14,
+    KT_Q8_K = 15,
+    KT_I8 = 24,
+    KT_I16 = 25,
+    KT_I32 = 26,
+    KT_I64 = 27,
+    KT_F64 = 28,
+    KT_BF16 = 30,
+    KT_GGML_COUNT = 40,   /* ggml's numbers stay below this */
+    KT_KVANT_BASE = 1024, /* kvant's own types start here */
+} kern_type;
+
+/* y[0..n) = dequantized x;  n a multiple of block_size */
+typedef void (*kern_to_float_fn)(const void *x, float *y, int64_t n);
+/* y = quantized x (reference rounding);  n a multiple of block_size */
+typedef void (*kern_from_float_fn)(const float *x, void *y, int64_t n);
+
+typedef struct {
+    const char *name;            /* ggml's name: "F32", "Q4_0", ... */
+    int64_t block_size;          /* elements per block */
+    size_t type_size;            /* bytes per block */
+    kern_to_float_fn to_float;   /* _ref dequantization; NULL: kvant cannot compute with it yet */
+    kern_from_float_fn from_float_ref; /* _ref quantization; NULL if none */
+} kern_type_traits;
+
+/* The row for type t, or NULL if t is not a type kvant knows at all.
+ * Known-but-not-computable types (e.g. K-quants before they are
+ * implemented) have sizes but to_float == NULL. */
+const kern_type_traits *kern_type_get(int t);
+/* "F32", ... or "unknown" */
+const char *kern_type_name(int t);
+/* Bytes of a row of n elements; 0 if t is unknown or n is not a multiple
+ * of the block size. */
+size_t kern_row_bytes(int t, int64_t n);
+
+/* ---- scalar conversions (IEEE half, bfloat16) ------------------------- */
+static inline float kern_fp32_from_bits(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }
+static inline uint32_t kern_fp32_to_bits(float f) { uint32_t w; memcpy(&w, &f, 4); return w; }
+
+/* exact conversion of an IEEE binary16 to float (handles subnormals, inf, nan) */
+static inline float kern_fp16_to_fp32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) bits = sign;
+        else { /* subnormal: value = man * 2^-24 */
+            float f = (float)man * 5.9604644775390625e-8f;
+            return sign ? -f : f;
+        }
+    } else if (exp == 31) bits = sign | 0x7f800000u | (man << 13);
+    else bits = sign | ((exp + 112) << 23) | (man << 13);
+    return kern_fp32_from_bits(bits);
+}
+
+/* float to binary16, round to nearest even (overflow to inf) */
+static inline uint16_t kern_fp32_to_fp16(float f) {
+    uint32_t x = kern_fp32_to_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* >= 65520 rounds to inf */
+    if (ax < 0x38800000u) { /* result is subnormal or zero: scale to units of 2^-24 */
+        float a = kern_fp32_from_bits(ax);
+        float r = a * 16777216.0f; /* exact */
+        uint32_t m = (uint32_t)r;
+        float frac = r - (float)m;
+        if (frac > 0.5f || (frac == 0.5f && (m & 1))) m++;
+        return (uint16_t)(sign | m);
+    }
+    uint32_t exp = (ax >> 23) - 112, man = ax & 0x7fffffu;
+    uint32_t h = (exp << 10) | (man >> 13);
+    uint32_t rest = man & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+static inline float kern_bf16_to_fp32(uint16_t b) { return kern_fp32_from_bits((uint32_t)b << 16); }
+/* round to nearest even; NaN stays NaN (ggml's rule) */
+static inline uint16_t kern_fp32_to_bf16(float f) {
+    uint32_t x = kern_fp32_to_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 64);
+    return (uint16_t)((x + (0x7fffu + ((x >> 16) & 1))) >> 16);
+}
+
+#endif

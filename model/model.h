@@ -1,0 +1,110 @@
+/* model/ - a llama-family model: config + weights (views into the mmap'd
+ * file) + tokenizer, and its forward pass.  A model is immutable after
+ * loading; everything a sequence changes lives in kv_cache and model_work.
+ *
+ * Dimension letters: T tokens in the batch, C = dim, F = hidden (FFN),
+ * H / Hkv query / KV heads, D head dim, V vocabulary. */
+#ifndef KVANT_MODEL_H
+#define KVANT_MODEL_H
+
+#include "core/core.h"
+#include "format/gguf.h"
+#include "kv/kv.h"
+#include "tok/tok.h"
+
+typedef struct {
+    int dim;          /* C */
+    int hidden_dim;   /* F */
+    int n_layers;
+    int n_heads;      /* H */
+    int n_kv_heads;   /* Hkv: H for MHA, 1 for MQA, between for GQA */
+    int head_dim;     /* D */
+    int vocab_size;   /* V */
+    int n_ctx_train;
+    int rope_dim;     /* dims rotated per head (<= D) */
+    float rope_base;
+    bool rope_neox;
+    float norm_eps;
+} model_config;
+
+/* a weight matrix: `rows` rows of `cols` elements of `type` (ggml: ne[0] = cols) */
+typedef struct {
+    const void *data;
+    int type;
+    int64_t rows, cols;
+} model_mat;
+
+typedef struct {
+    const float *attn_norm;   /* (C) */
+    model_mat wq;             /* (H*D, C) */
+    model_mat wk, wv;         /* (Hkv*D, C) */
+    model_mat wo;             /* (C, H*D) */
+    const float *ffn_norm;    /* (C) */
+    model_mat w_gate, w_up;   /* (F, C) */
+    model_mat w_down;         /* (C, F) */
+} model_layer;
+
+typedef struct {              /* a tensor as stored, for `kvant info` */
+    char name[64];
+    int type;
+    int n_dims;
+    int64_t ne[4];
+    size_t nbytes;
+} model_tensor;
+
+typedef struct model {
+    model_config cfg;
+    char name[128];
+    char file_format[32];
+    model_mat tok_embd;       /* (V, C) */
+    model_layer *layers;      /* n_layers */
+    const float *out_norm;    /* (C) */
+    model_mat output;         /* (V, C); the same data as tok_embd when tied */
+    bool tied_output;
+    tok *tok;
+    model_tensor *tensors;
+    int n_tensors;
+    /* owners of the memory the views above point into */
+    gguf_ctx *gguf;
+    core_map map;             /* llama2.c checkpoints */
+    float *owned;             /* norms converted to F32 (freed at close) */
+    core_pool *pool;
+} model;
+
+/* Opens a GGUF or llama2.c checkpoint (chosen by the file's magic).
+ * tokenizer_path: llama2.c tokenizer.bin (required for .bin checkpoints
+ * unless tokenizer.bin sits beside the model).  n_threads: 0 = all CPUs. */
+model *model_open(const char *path, const char *tokenizer_path, int n_threads, kvant_status *st);
+void model_close(model *m);
+
+/* loaders (model/load_*.c); on success they fill cfg, weights and tensors */
+kvant_code model_load_gguf(model *m, const char *path, kvant_status *st);
+kvant_code model_load_llama2c(model *m, const char *path, const char *tokenizer_path, kvant_status *st);
+/* checks a filled config for sane, bounded values */
+kvant_code model_check_config(const model_config *c, const char *path, kvant_status *st);
+
+/* ---- forward ----------------------------------------------------------------
+ * Work buffers for batches of up to max_T tokens and contexts up to n_ctx;
+ * allocated once per sequence, nothing is allocated per token. */
+typedef struct {
+    int max_T, n_ctx;
+    float *x;       /* (max_T, C) residual stream */
+    float *xb;      /* (max_T, C) */
+    float *xb2;     /* (max_T, H*D) attention output */
+    float *q;       /* (max_T, H*D) */
+    float *k, *v;   /* (max_T, Hkv*D) */
+    float *hb, *hb2;/* (max_T, F) */
+    float *scores;  /* (threads, n_ctx) */
+    float *mm;      /* matmul scratch */
+} model_work;
+
+model_work *model_work_new(const model *m, int max_T, int n_ctx, kvant_status *st);
+void model_work_free(model_work *w);
+
+/* Runs tokens[0..n) at positions kv->n_pos .. kv->n_pos + n as one batch
+ * (split in chunks of w->max_T), appends their K/V to kv.  logits: NULL,
+ * [n][V] if all_logits, else [V] for the last token. */
+kvant_code model_forward(const model *m, model_work *w, kv_cache *kv, const int32_t *tokens, int n,
+                         float *logits, bool all_logits, kvant_status *st);
+
+#endif

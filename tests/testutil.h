@@ -1,0 +1,22 @@
+/* testutil.h - helpers shared by the cmocka tests. */
+#ifndef KVANT_TESTUTIL_H
+#define KVANT_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* "<shared>/rel" in a static buffer (one at a time) */
+const char *shared_path(const char *rel);
+/* "<build>/tests/tmp/name" in a static buffer */
+const char *tmp_path(const char *name);
+/* Reads a whole file (malloc'd, NUL-terminated); fails the test if absent. */
+char *read_file(const char *path, size_t *size);
+/* Parses the first `[ ... ]` integer list after "key" in a JSON text. */
+int json_int_array(const char *json, const char *key, int32_t *out, int max);
+/* Runs a shell command, captures stdout (malloc'd) and the exit status. */
+char *run_capture(const char *cmd, int *exit_status);
+
+#endif
