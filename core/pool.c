@@ -1,20 +1,28 @@
-/* pool.c - a fixed thread pool.  Workers sleep on a condition variable;
- * each job bumps a generation counter, wakes them, and the caller works as
- * thread 0 and then waits for the others.  No allocation per job. */
+/* pool.c - a fixed thread pool.
+ *
+ * A job bumps an atomic generation counter.  Workers spin on it for a
+ * short while (a forward pass issues jobs back to back, and a futex wake
+ * costs tens of microseconds) and only then sleep on a condition variable.
+ * The caller works as thread 0 and spins until the others have finished.
+ * No allocation per job. */
 #include "core.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
+#define SPIN_ROUNDS 20000 /* ~ a few hundred microseconds of pause loops */
+
 struct core_pool {
-    int n;                 /* threads including the caller */
-    pthread_t *threads;    /* n - 1 workers */
+    int n;                        /* threads including the caller */
+    pthread_t *threads;           /* n - 1 workers */
     pthread_mutex_t mu;
-    pthread_cond_t wake, done;
-    uint64_t generation;   /* bumped per job */
-    int pending;           /* workers still running the current job */
-    bool quit;
-    core_task_fn fn;
+    pthread_cond_t wake;
+    _Atomic uint64_t generation;  /* bumped per job */
+    _Atomic int pending;          /* workers still running the current job */
+    _Atomic bool quit;
+    core_task_fn fn;              /* written before generation is bumped */
     void *ctx;
 };
 
@@ -23,25 +31,38 @@ typedef struct {
     int ith;
 } worker_arg;
 
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* waits until the generation differs from `seen` (or quit); returns it */
+static uint64_t wait_job(core_pool *p, uint64_t seen) {
+    for (int i = 0; i < SPIN_ROUNDS; i++) {
+        uint64_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
+        if (g != seen || atomic_load(&p->quit)) return g;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&p->mu);
+    uint64_t g;
+    while ((g = atomic_load(&p->generation)) == seen && !atomic_load(&p->quit)) pthread_cond_wait(&p->wake, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    return g;
+}
+
 static void *worker_main(void *arg) {
     worker_arg *wa = arg;
     core_pool *p = wa->pool;
-    int ith = wa->ith;
+    const int ith = wa->ith;
     free(wa);
     uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->quit && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
-        if (p->quit) break;
-        seen = p->generation;
-        core_task_fn fn = p->fn;
-        void *ctx = p->ctx;
-        pthread_mutex_unlock(&p->mu);
-        fn(ctx, ith, p->n);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->done);
+        seen = wait_job(p, seen);
+        if (atomic_load(&p->quit)) break;
+        p->fn(p->ctx, ith, p->n);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -52,7 +73,6 @@ core_pool *core_pool_new(int n_threads) {
     p->n = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
     p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
     if (!p->threads) {
         free(p);
@@ -60,10 +80,8 @@ core_pool *core_pool_new(int n_threads) {
     }
     for (int i = 1; i < n_threads; i++) {
         worker_arg *wa = malloc(sizeof *wa);
-        if (!wa) { p->n = i; break; }
-        wa->pool = p;
-        wa->ith = i;
-        if (pthread_create(&p->threads[i - 1], NULL, worker_main, wa) != 0) {
+        if (wa) *wa = (worker_arg){p, i};
+        if (!wa || pthread_create(&p->threads[i - 1], NULL, worker_main, wa) != 0) {
             free(wa);
             p->n = i; /* run with the threads we got */
             break;
@@ -75,13 +93,12 @@ core_pool *core_pool_new(int n_threads) {
 void core_pool_free(core_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->quit = true;
+    atomic_store(&p->quit, true);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n; i++) pthread_join(p->threads[i - 1], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
-    pthread_cond_destroy(&p->done);
     free(p->threads);
     free(p);
 }
@@ -93,15 +110,16 @@ void core_pool_run(core_pool *p, core_task_fn fn, void *ctx) {
         fn(ctx, 0, 1);
         return;
     }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
-    p->pending = p->n - 1;
-    p->generation++;
+    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    pthread_mutex_lock(&p->mu); /* pairs with the sleepers' check-then-wait */
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     fn(ctx, 0, p->n);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; i++) {
+        if (i < SPIN_ROUNDS) cpu_relax();
+        else sched_yield();
+    }
 }

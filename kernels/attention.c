@@ -48,7 +48,9 @@ void kern_attention(core_pool *pool, float *scores, const float *q, const float 
                     float *out, const kern_attn_shape *s) {
     CORE_ASSERT(s->Hkv > 0 && s->H % s->Hkv == 0);
     attn_job j = {scores, q, k, v, out, s};
-    core_pool_run(pool, attn_task, &j);
+    const double work = (double)s->T * s->H * s->D * (s->pos0 + s->T); /* ~ multiply-adds */
+    if (work < KERN_MT_MIN_WORK) attn_task(&j, 0, 1);
+    else core_pool_run(pool, attn_task, &j);
 }
 
 void kern_attention_ref(const float *q, const float *k, const float *v, float *out, const kern_attn_shape *s) {

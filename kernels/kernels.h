@@ -17,6 +17,10 @@
 #include "core/core.h"
 #include "kernels/types.h"
 
+/* Jobs with fewer multiply-adds than this run on the calling thread only:
+ * handing work to the pool costs a few microseconds. */
+#define KERN_MT_MIN_WORK 65536.0
+
 /* ---- matmul: y[T][N] = x[T][K] . W[N][K]^T ------------------------------ */
 /* rows of W dequantized per block in the fast path */
 #define KERN_MM_ROWS 16

@@ -48,7 +48,9 @@ void kern_matmul(core_pool *pool, float *scratch, const void *W, int wtype,
     const kern_type_traits *tt = kern_type_get(wtype);
     CORE_ASSERT(tt && tt->to_float && K % tt->block_size == 0);
     mm_job j = {scratch, W, tt, wtype, x, y, T, N, K, kern_row_bytes(wtype, K)};
-    core_pool_run(pool, mm_task, &j);
+    /* below ~64K multiply-adds a thread hand-off costs more than it saves */
+    if ((double)N * (double)K * T < KERN_MT_MIN_WORK) mm_task(&j, 0, 1);
+    else core_pool_run(pool, mm_task, &j);
 }
 
 void kern_matmul_ref(const void *W, int wtype, const float *x, float *y, int T, int64_t N, int64_t K) {

@@ -180,6 +180,7 @@ static void test_matmul_all_types(void **state) {
         check_matmul(types[i], 1, 37, 64, 1);   /* decode shape, rows not a multiple of 16 */
         check_matmul(types[i], 7, 50, 96, 3);   /* prefill shape, threads */
         check_matmul(types[i], 3, 5, 256, 2);   /* fewer rows than a block */
+        check_matmul(types[i], 5, 203, 128, 3); /* above KERN_MT_MIN_WORK: runs on the pool */
     }
     check_matmul(KT_F32, 2, 11, 13, 2);         /* K not a multiple of 8 */
 }
@@ -277,6 +278,7 @@ static void test_attention(void **state) {
     check_attention(9, 8, 4, 16, 0, 3);  /* GQA */
     check_attention(5, 8, 1, 8, 11, 2);  /* MQA, prefill after a cached prefix */
     check_attention(1, 8, 2, 32, 40, 1); /* decode */
+    check_attention(40, 8, 2, 32, 30, 3); /* above KERN_MT_MIN_WORK: runs on the pool */
 }
 
 static void task_count(void *ctx, int ith, int nth) {
