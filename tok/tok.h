@@ -45,7 +45,9 @@ const char *tok_text(const tok *t, int32_t id);
  * tok_encode returns INT_MIN when memory runs out.  tok_decode_piece gives 0
  * bytes for an id outside the vocabulary and cuts a piece at cap; a buffer of
  * tok_max_piece() bytes always holds a whole piece.  tok_text gives "" for an
- * id outside the vocabulary. */
+ * id outside the vocabulary.  As in llama.cpp, user-defined tokens (type 4)
+ * are matched in the text even when parse_special is false; control and
+ * unknown ones only when it is true. */
 int tok_max_piece(const tok *t);
 /* GGUF token type of id: 1 normal, 2 unknown, 3 control, 4 user-defined,
  * 5 unused, 6 byte; 0 when undefined or out of range. */
