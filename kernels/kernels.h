@@ -22,18 +22,17 @@
 #define KERN_MT_MIN_WORK 65536.0
 
 /* ---- matmul: y[T][N] = x[T][K] . W[N][K]^T ------------------------------ */
-/* rows of W dequantized per block in the fast path */
+/* weight rows per block in the fast path (each block meets all T inputs) */
 #define KERN_MM_ROWS 16
 
-/* Scratch the fast matmul needs: floats per thread for K-element rows. */
-static inline size_t kern_matmul_scratch_floats(int64_t K, int n_threads) {
-    return (size_t)KERN_MM_ROWS * (size_t)K * (size_t)n_threads;
-}
-/* Fast: threads split the N rows; each thread dequantizes KERN_MM_ROWS rows
- * of W at a time into its scratch and dots them with all T inputs, so W is
- * read once per call whatever T is (prefill is matrix-matrix).
- * scratch: kern_matmul_scratch_floats(K, pool size) floats. */
-void kern_matmul(core_pool *pool, float *scratch, const void *W, int wtype,
+/* Scratch bytes the fast matmul needs for T activation rows of K elements
+ * (the quantized activations: at most 4 bytes per element). */
+static inline size_t kern_matmul_scratch_bytes(int T, int64_t K) { return (size_t)T * (size_t)K * 4 + 64; }
+/* Fast: activations quantized once to the weight type's vec_dot_type, then
+ * threads split the N rows and dot KERN_MM_ROWS rows at a time with all T
+ * inputs, so W is read once per call whatever T is (prefill is
+ * matrix-matrix).  scratch: kern_matmul_scratch_bytes(T, K). */
+void kern_matmul(core_pool *pool, void *scratch, const void *W, int wtype,
                  const float *x, float *y, int T, int64_t N, int64_t K);
 /* Reference: dequantize each row, sum x[t][k]*w[n][k] in k order. */
 void kern_matmul_ref(const void *W, int wtype, const float *x, float *y, int T, int64_t N, int64_t K);

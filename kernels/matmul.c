@@ -1,56 +1,78 @@
 /* matmul.c - y[T][N] = x[T][K] . W[N][K]^T for any computable weight type.
  *
- * Fast path: rows of W split across threads; each thread dequantizes
- * KERN_MM_ROWS rows at a time into its scratch (F32 rows are used in
- * place) and dots them with every input row, so the weights are read from
- * memory once per call for the whole batch. */
+ * Fast path (llama.cpp's scheme): the T activation rows are quantized once
+ * to the weight type's vec_dot_type (Q8_0, Q8_1, F16, ...), then threads
+ * split the N weight rows; each thread walks its rows in blocks of
+ * KERN_MM_ROWS and dots every block with all T activation rows, so each
+ * weight byte is read from memory once per call whatever T is.
+ * Reference: dequantize W to float and sum in k order (no activation
+ * rounding); tests bound the difference by the activation rounding. */
 #include <stdlib.h>
 
 #include "kernels/kernels.h"
 
 typedef struct {
-    float *scratch;
+    kern_vec_dot_fn vec_dot;
     const uint8_t *W;
-    const kern_type_traits *tt;
-    int wtype;
-    const float *x;
+    size_t w_row;        /* bytes per weight row */
+    const uint8_t *xa;   /* activation rows in vec_dot_type */
+    size_t a_row;        /* bytes per activation row */
     float *y;
     int T;
     int64_t N, K;
-    size_t row_bytes;
-} mm_job;
+} dot_job;
 
-static void mm_task(void *ctx, int ith, int nth) {
-    const mm_job *j = ctx;
+static void dot_task(void *ctx, int ith, int nth) {
+    const dot_job *j = ctx;
     int64_t lo, hi;
     core_split(j->N, ith, nth, &lo, &hi);
-    float *buf = j->scratch + (size_t)ith * KERN_MM_ROWS * (size_t)j->K;
     for (int64_t n0 = lo; n0 < hi; n0 += KERN_MM_ROWS) {
-        const int64_t nr = hi - n0 < KERN_MM_ROWS ? hi - n0 : KERN_MM_ROWS;
-        const float *rows;
-        if (j->wtype == KT_F32) {
-            rows = (const float *)(j->W + (size_t)n0 * j->row_bytes);
-        } else {
-            for (int64_t r = 0; r < nr; r++)
-                j->tt->to_float(j->W + (size_t)(n0 + r) * j->row_bytes, buf + r * j->K, j->K);
-            rows = buf;
-        }
+        const int64_t n1 = hi - n0 < KERN_MM_ROWS ? hi : n0 + KERN_MM_ROWS;
         for (int t = 0; t < j->T; t++) {
-            const float *xt = j->x + (size_t)t * j->K;
-            float *yt = j->y + (size_t)t * j->N + n0;
-            for (int64_t r = 0; r < nr; r++) yt[r] = kern_dot_f32(rows + r * j->K, xt, j->K);
+            const uint8_t *xt = j->xa + (size_t)t * j->a_row;
+            float *yt = j->y + (size_t)t * j->N;
+            for (int64_t n = n0; n < n1; n++) j->vec_dot(j->K, &yt[n], j->W + (size_t)n * j->w_row, xt);
         }
     }
 }
 
-void kern_matmul(core_pool *pool, float *scratch, const void *W, int wtype,
+typedef struct {
+    kern_from_float_fn quant;
+    const float *x;
+    uint8_t *xa;
+    size_t a_row;
+    int T;
+    int64_t K;
+} act_job;
+
+static void act_task(void *ctx, int ith, int nth) {
+    const act_job *j = ctx;
+    int64_t lo, hi;
+    core_split(j->T, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) j->quant(j->x + (size_t)t * j->K, j->xa + (size_t)t * j->a_row, j->K);
+}
+
+void kern_matmul(core_pool *pool, void *scratch, const void *W, int wtype,
                  const float *x, float *y, int T, int64_t N, int64_t K) {
     const kern_type_traits *tt = kern_type_get(wtype);
-    CORE_ASSERT(tt && tt->to_float && K % tt->block_size == 0);
-    mm_job j = {scratch, W, tt, wtype, x, y, T, N, K, kern_row_bytes(wtype, K)};
+    CORE_ASSERT(tt && tt->vec_dot_ref && K % tt->block_size == 0);
+    const int at = tt->vec_dot_type;
+    const kern_type_ops *ops = kern_ops(wtype), *aops = kern_ops(at);
     /* below ~64K multiply-adds a thread hand-off costs more than it saves */
-    if ((double)N * (double)K * T < KERN_MT_MIN_WORK) mm_task(&j, 0, 1);
-    else core_pool_run(pool, mm_task, &j);
+    const bool threaded = (double)N * (double)K * T >= KERN_MT_MIN_WORK;
+
+    /* activations in the paired type (F32 weights use x as it is) */
+    const uint8_t *xa = (const uint8_t *)x;
+    const size_t a_row = kern_row_bytes(at, K);
+    if (at != KT_F32) {
+        act_job aj = {aops->from_float, x, scratch, a_row, T, K};
+        if (threaded && T > 1) core_pool_run(pool, act_task, &aj);
+        else act_task(&aj, 0, 1);
+        xa = scratch;
+    }
+    dot_job j = {ops->vec_dot, W, kern_row_bytes(wtype, K), xa, a_row, y, T, N, K};
+    if (threaded) core_pool_run(pool, dot_task, &j);
+    else dot_task(&j, 0, 1);
 }
 
 void kern_matmul_ref(const void *W, int wtype, const float *x, float *y, int T, int64_t N, int64_t K) {

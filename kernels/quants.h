@@ -61,4 +61,15 @@ void kern_quant_q5_1_ref(const float *x, void *y, int64_t n);
 void kern_quant_q8_0_ref(const float *x, void *y, int64_t n);
 void kern_quant_q8_1_ref(const float *x, void *y, int64_t n);
 
+/* dot products with the paired activation type (see kern_type_traits):
+ * per block, an integer sum of products scaled by both block scales */
+void kern_vec_dot_f32_ref(int64_t n, float *s, const void *x, const void *y);
+void kern_vec_dot_f16_ref(int64_t n, float *s, const void *x, const void *y);
+void kern_vec_dot_bf16_ref(int64_t n, float *s, const void *x, const void *y);
+void kern_vec_dot_q4_0_q8_0_ref(int64_t n, float *s, const void *x, const void *y);
+void kern_vec_dot_q4_1_q8_1_ref(int64_t n, float *s, const void *x, const void *y);
+void kern_vec_dot_q5_0_q8_0_ref(int64_t n, float *s, const void *x, const void *y);
+void kern_vec_dot_q5_1_q8_1_ref(int64_t n, float *s, const void *x, const void *y);
+void kern_vec_dot_q8_0_q8_0_ref(int64_t n, float *s, const void *x, const void *y);
+
 #endif

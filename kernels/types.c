@@ -3,27 +3,28 @@
 #include "kernels/types.h"
 
 static const kern_type_traits g_types[KT_GGML_COUNT] = {
-    [KT_F32]  = {"F32", 1, 4, kern_dequant_f32_ref, kern_quant_f32_ref},
-    [KT_F16]  = {"F16", 1, 2, kern_dequant_f16_ref, kern_quant_f16_ref},
-    [KT_BF16] = {"BF16", 1, 2, kern_dequant_bf16_ref, kern_quant_bf16_ref},
-    [KT_Q4_0] = {"Q4_0", QK4_0, sizeof(block_q4_0), kern_dequant_q4_0_ref, kern_quant_q4_0_ref},
-    [KT_Q4_1] = {"Q4_1", QK4_1, sizeof(block_q4_1), kern_dequant_q4_1_ref, kern_quant_q4_1_ref},
-    [KT_Q5_0] = {"Q5_0", QK5_0, sizeof(block_q5_0), kern_dequant_q5_0_ref, kern_quant_q5_0_ref},
-    [KT_Q5_1] = {"Q5_1", QK5_1, sizeof(block_q5_1), kern_dequant_q5_1_ref, kern_quant_q5_1_ref},
-    [KT_Q8_0] = {"Q8_0", QK8_0, sizeof(block_q8_0), kern_dequant_q8_0_ref, kern_quant_q8_0_ref},
-    [KT_Q8_1] = {"Q8_1", QK8_1, sizeof(block_q8_1), kern_dequant_q8_1_ref, kern_quant_q8_1_ref},
-    /* known layouts, not computable yet (K-quants: the kernel issue) */
-    [KT_Q2_K] = {"Q2_K", QK_K, KERN_Q2_K_BYTES, 0, 0},
-    [KT_Q3_K] = {"Q3_K", QK_K, KERN_Q3_K_BYTES, 0, 0},
-    [KT_Q4_K] = {"Q4_K", QK_K, KERN_Q4_K_BYTES, 0, 0},
-    [KT_Q5_K] = {"Q5_K", QK_K, KERN_Q5_K_BYTES, 0, 0},
-    [KT_Q6_K] = {"Q6_K", QK_K, KERN_Q6_K_BYTES, 0, 0},
-    [KT_Q8_K] = {"Q8_K", QK_K, KERN_Q8_K_BYTES, 0, 0},
-    [KT_I8]   = {"I8", 1, 1, 0, 0},
-    [KT_I16]  = {"I16", 1, 2, 0, 0},
-    [KT_I32]  = {"I32", 1, 4, 0, 0},
-    [KT_I64]  = {"I64", 1, 8, 0, 0},
-    [KT_F64]  = {"F64", 1, 8, 0, 0},
+    /* name    block   bytes/block          to_float               from_float_ref       vec_dot_type  vec_dot_ref */
+    [KT_F32]  = {"F32", 1, 4, kern_dequant_f32_ref, kern_quant_f32_ref, KT_F32, kern_vec_dot_f32_ref},
+    [KT_F16]  = {"F16", 1, 2, kern_dequant_f16_ref, kern_quant_f16_ref, KT_F16, kern_vec_dot_f16_ref},
+    [KT_BF16] = {"BF16", 1, 2, kern_dequant_bf16_ref, kern_quant_bf16_ref, KT_BF16, kern_vec_dot_bf16_ref},
+    [KT_Q4_0] = {"Q4_0", QK4_0, sizeof(block_q4_0), kern_dequant_q4_0_ref, kern_quant_q4_0_ref, KT_Q8_0, kern_vec_dot_q4_0_q8_0_ref},
+    [KT_Q4_1] = {"Q4_1", QK4_1, sizeof(block_q4_1), kern_dequant_q4_1_ref, kern_quant_q4_1_ref, KT_Q8_1, kern_vec_dot_q4_1_q8_1_ref},
+    [KT_Q5_0] = {"Q5_0", QK5_0, sizeof(block_q5_0), kern_dequant_q5_0_ref, kern_quant_q5_0_ref, KT_Q8_0, kern_vec_dot_q5_0_q8_0_ref},
+    [KT_Q5_1] = {"Q5_1", QK5_1, sizeof(block_q5_1), kern_dequant_q5_1_ref, kern_quant_q5_1_ref, KT_Q8_1, kern_vec_dot_q5_1_q8_1_ref},
+    [KT_Q8_0] = {"Q8_0", QK8_0, sizeof(block_q8_0), kern_dequant_q8_0_ref, kern_quant_q8_0_ref, KT_Q8_0, kern_vec_dot_q8_0_q8_0_ref},
+    [KT_Q8_1] = {"Q8_1", QK8_1, sizeof(block_q8_1), kern_dequant_q8_1_ref, kern_quant_q8_1_ref, KT_Q8_1, 0},
+    /* K-quants: super-blocks of 256 (kernels/quants_k.c) */
+    [KT_Q2_K] = {"Q2_K", QK_K, KERN_Q2_K_BYTES, 0, 0, KT_Q8_K, 0},
+    [KT_Q3_K] = {"Q3_K", QK_K, KERN_Q3_K_BYTES, 0, 0, KT_Q8_K, 0},
+    [KT_Q4_K] = {"Q4_K", QK_K, KERN_Q4_K_BYTES, 0, 0, KT_Q8_K, 0},
+    [KT_Q5_K] = {"Q5_K", QK_K, KERN_Q5_K_BYTES, 0, 0, KT_Q8_K, 0},
+    [KT_Q6_K] = {"Q6_K", QK_K, KERN_Q6_K_BYTES, 0, 0, KT_Q8_K, 0},
+    [KT_Q8_K] = {"Q8_K", QK_K, KERN_Q8_K_BYTES, 0, 0, KT_Q8_K, 0},
+    [KT_I8]   = {"I8", 1, 1, 0, 0, 0, 0},
+    [KT_I16]  = {"I16", 1, 2, 0, 0, 0, 0},
+    [KT_I32]  = {"I32", 1, 4, 0, 0, 0, 0},
+    [KT_I64]  = {"I64", 1, 8, 0, 0, 0, 0},
+    [KT_F64]  = {"F64", 1, 8, 0, 0, 0, 0},
 };
 
 const kern_type_traits *kern_type_get(int t) {

@@ -47,13 +47,43 @@ typedef void (*kern_to_float_fn)(const void *x, float *y, int64_t n);
 /* y = quantized x (reference rounding);  n a multiple of block_size */
 typedef void (*kern_from_float_fn)(const float *x, void *y, int64_t n);
 
+/* *s = sum_i x[i] * y[i] over n elements: x a row of the weight type, y a
+ * row of that type's vec_dot_type (the activation format it pairs with). */
+typedef void (*kern_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+
 typedef struct {
     const char *name;            /* ggml's name: "F32", "Q4_0", ... */
     int64_t block_size;          /* elements per block */
     size_t type_size;            /* bytes per block */
     kern_to_float_fn to_float;   /* _ref dequantization; NULL: kvant cannot compute with it yet */
     kern_from_float_fn from_float_ref; /* _ref quantization; NULL if none */
+    int vec_dot_type;            /* activations are quantized to this type (llama.cpp's pairing) */
+    kern_vec_dot_fn vec_dot_ref; /* _ref dot product with a vec_dot_type row; NULL if none */
 } kern_type_traits;
+
+/* ---- tiers: the same operations, chosen at run time -------------------------
+ * _ref is the spec (the rows above).  Faster tiers are selected by CPU
+ * feature detection (kernels/dispatch.c), so one binary runs on any x86-64;
+ * every tier is tested against _ref (tests/test_tiers.c). */
+typedef enum { KERN_TIER_REF, KERN_TIER_SCALAR, KERN_TIER_AVX2, KERN_TIER_AVX512, KERN_TIER_COUNT } kern_tier;
+
+typedef struct {
+    kern_to_float_fn to_float;      /* dequantize a row */
+    kern_from_float_fn from_float;  /* quantize a row (used for activations) */
+    kern_vec_dot_fn vec_dot;        /* dot with a vec_dot_type row */
+} kern_type_ops;
+
+/* Operations of type t at the active tier (the best this CPU supports,
+ * unless kern_set_tier chose another); members may fall back to a lower
+ * tier where a tier has no special version.  NULL if t is unknown. */
+const kern_type_ops *kern_ops(int t);
+/* Operations at one tier, or NULL if this CPU cannot run that tier. */
+const kern_type_ops *kern_ops_tier(int t, kern_tier tier);
+kern_tier kern_best_tier(void);
+kern_tier kern_active_tier(void);
+/* Forces a tier (tests, benchmarks); false if this CPU cannot run it. */
+bool kern_set_tier(kern_tier tier);
+const char *kern_tier_name(kern_tier tier);
 
 /* The row for type t, or NULL if t is not a type kvant knows at all.
  * Known-but-not-computable types (e.g. K-quants before they are

@@ -26,7 +26,7 @@ model_work *model_work_new(const model *m, int max_T, int n_ctx, kvant_status *s
     w->hb = malloc(T * c->hidden_dim * sizeof(float));
     w->hb2 = malloc(T * c->hidden_dim * sizeof(float));
     w->scores = malloc((size_t)nth * n_ctx * sizeof(float));
-    w->mm = malloc(kern_matmul_scratch_floats(kmax, nth) * sizeof(float));
+    w->mm = malloc(kern_matmul_scratch_bytes(max_T, kmax));
     if (!w->x || !w->xb || !w->xb2 || !w->q || !w->k || !w->v || !w->hb || !w->hb2 || !w->scores || !w->mm)
         goto oom;
     return w;

@@ -42,7 +42,7 @@ static kvant_code get_mat(model *m, const char *name, int64_t rows, int64_t cols
         return core_fail(st, KVANT_ERR_FORMAT, "%s: tensor '%s' has shape [%lld, %lld], expected [%lld, %lld]", path,
                          name, (long long)t->ne[0], (long long)got_rows, (long long)cols, (long long)want_rows);
     const kern_type_traits *tt = kern_type_get(t->type);
-    if (!tt || !tt->to_float)
+    if (!tt || !tt->to_float || !tt->vec_dot_ref)
         return core_fail(st, KVANT_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which kvant cannot compute with yet",
                          path, name, kern_type_name(t->type));
     *out = (model_mat){t->data, t->type, rows, cols};

@@ -95,7 +95,7 @@ typedef struct {
     float *k, *v;   /* (max_T, Hkv*D) */
     float *hb, *hb2;/* (max_T, F) */
     float *scores;  /* (threads, n_ctx) */
-    float *mm;      /* matmul scratch */
+    void *mm;       /* matmul scratch: quantized activations */
 } model_work;
 
 model_work *model_work_new(const model *m, int max_T, int n_ctx, kvant_status *st);

@@ -179,9 +179,11 @@ static void test_chunked_prefill_and_threads(void **state) {
  * dequantizes weights to float and keeps everything else in F32.  So:
  *  - F32: only llama.cpp's F16 KV cache differs; bound 1e-6, below the
  *    F16-vs-F32 weight distance (3.5e-6 on kq).
- *  - F16, BF16, Q8_0: llama.cpp's activation rounding is as coarse as the
- *    weight type itself, so the bound is the type's own NMSE from F32 in
- *    llama.cpp's table (reference/llamacpp/README.md).
+ *  - F16, BF16, Q8_0: both engines round activations to a format as coarse
+ *    as the weights, but llama.cpp's F16 KV cache perturbs the values
+ *    upstream, so the two engines' activation roundings land independently:
+ *    up to twice the type's own NMSE from F32 in llama.cpp's table
+ *    (reference/llamacpp/README.md).
  *  - 4/5-bit types: a tenth of the type's NMSE from F32.
  * A wrong block layout, scale or nibble order moves the logits by at least
  * the type's whole distance from F32, so it cannot pass. */
@@ -234,7 +236,7 @@ static double logits_vs_llamacpp(const char *model_rel, const char *logits_rel, 
 static void test_llamacpp_logits(void **state) {
     (void)state;
     static const struct { const char *type; double bound; } kq[] = {
-        {"F32", 1e-6}, {"F16", 3.5e-6}, {"BF16", 1.8e-4}, {"Q8_0", 2.3e-3},
+        {"F32", 1e-6}, {"F16", 7e-6}, {"BF16", 3.6e-4}, {"Q8_0", 4.6e-3},
         {"Q5_1", 7.4e-3}, {"Q5_0", 1.2e-2}, {"Q4_1", 3.0e-2}, {"Q4_0", 3.8e-2},
     };
     char model[256], logits[256];
@@ -247,7 +249,7 @@ static void test_llamacpp_logits(void **state) {
         if (!(e <= kq[i].bound)) fail_msg("kq-%s: NMSE %g > %g", kq[i].type, e, kq[i].bound);
     }
     static const struct { const char *type; double bound; } st[] = {
-        {"F32", 1e-6}, {"Q8_0", 6.1e-5}, {"Q5_1", 2.0e-4}, {"Q5_0", 2.2e-4}, {"Q4_1", 8.6e-4}, {"Q4_0", 9.5e-4},
+        {"F32", 1e-6}, {"Q8_0", 1.2e-4}, {"Q5_1", 2.0e-4}, {"Q5_0", 2.2e-4}, {"Q4_1", 8.6e-4}, {"Q4_0", 9.5e-4},
     };
     for (size_t i = 0; i < sizeof st / sizeof *st; i++) {
         if (!strcmp(st[i].type, "F32")) snprintf(model, sizeof model, "models/stories260K.gguf");
