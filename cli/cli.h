@@ -34,5 +34,8 @@ int cli_status_exit(const kvant_status *st);
 
 int cmd_run(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

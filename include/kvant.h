@@ -130,10 +130,40 @@ void kvant_sampler_free(kvant_sampler *s);
 int32_t kvant_sampler_sample(kvant_sampler *s, float *logits);
 void kvant_sampler_accept(kvant_sampler *s, int32_t token);
 
+/* ---- tools: synthetic models and quantization ------------------------------ */
+typedef struct {
+    const char *shape;      /* kvant_synth_shape(i) names: "tinyllama-1.1b", ... */
+    const char *out_path;
+    const char *type;       /* kvant_quant_type(i) names; NULL = F32 */
+    bool pure;              /* every matrix in `type` (no llama.cpp mix rules) */
+    uint64_t seed;
+    int n_threads;          /* 0: all CPUs */
+    bool quiet;             /* no progress on stderr */
+} kvant_synth_params;
+/* Writes a GGUF with random weights at a real model's shape, marked
+ * synthetic in its metadata. */
+kvant_code kvant_synth(const kvant_synth_params *p, kvant_status *st);
+/* i-th shape name and a description of it; NULL past the end */
+const char *kvant_synth_shape(int i, const char **what);
+
+typedef struct {
+    const char *type;       /* "Q4_K_M", "Q8_0", ... */
+    bool pure;
+    int n_threads;
+    bool quiet;
+} kvant_quantize_params;
+/* Quantizes a GGUF model the way llama.cpp's quantize tool does. */
+kvant_code kvant_quantize(const char *in_path, const char *out_path, const kvant_quantize_params *p,
+                          kvant_status *st);
+/* i-th quantization type name kvant can write; NULL past the end */
+const char *kvant_quant_type(int i);
+
 /* ---- misc --------------------------------------------------------------- */
 const char *kvant_version(void);
 double kvant_time_ms(void); /* monotonic clock, milliseconds */
 int kvant_default_threads(void);
+/* the kernel tier in use: "ref", "scalar", "avx2", "avx512" */
+const char *kvant_kernel_tier(void);
 
 #ifdef __cplusplus
 }

@@ -107,4 +107,26 @@ void model_work_free(model_work *w);
 kvant_code model_forward(const model *m, model_work *w, kv_cache *kv, const int32_t *tokens, int n,
                          float *logits, bool all_logits, kvant_status *st);
 
+/* ---- synthetic models (model/synth.c) ---------------------------------------- */
+typedef struct {
+    const char *name;
+    int dim, hidden, n_layers, n_heads, n_kv_heads, vocab, n_ctx;
+    const char *what;       /* the real model whose shape this is */
+} model_synth_shape;
+
+typedef struct {
+    const char *shape;      /* a name from model_synth_shapes() */
+    const char *out_path;
+    const char *ftype;      /* quant_ftype name; NULL = F32 */
+    bool pure;
+    uint64_t seed;
+    int n_threads;
+    bool quiet;
+} model_synth_params;
+
+const model_synth_shape *model_synth_shapes(int *n);
+/* Writes a GGUF with random weights at a real model's shape; metadata
+ * names it synthetic (general.description, kvant.synthetic = true). */
+kvant_code model_synth(const model_synth_params *p, kvant_status *st);
+
 #endif

@@ -1,0 +1,37 @@
+/* tools.c - the public API of the file tools (synth, quantize). */
+#include "kvant.h"
+#include "compress/compress.h"
+#include "kernels/types.h"
+#include "model/model.h"
+
+kvant_code kvant_synth(const kvant_synth_params *p, kvant_status *st) {
+    const model_synth_params mp = {p->shape, p->out_path, p->type, p->pure, p->seed, p->n_threads, p->quiet};
+    core_ok(st);
+    return model_synth(&mp, st);
+}
+
+const char *kvant_synth_shape(int i, const char **what) {
+    int n;
+    const model_synth_shape *s = model_synth_shapes(&n);
+    if (i < 0 || i >= n) return NULL;
+    if (what) *what = s[i].what;
+    return s[i].name;
+}
+
+kvant_code kvant_quantize(const char *in_path, const char *out_path, const kvant_quantize_params *p,
+                          kvant_status *st) {
+    const quant_params qp = {p->type, p->pure, p->n_threads, p->quiet};
+    core_ok(st);
+    return quant_file(in_path, out_path, &qp, st);
+}
+
+const char *kvant_quant_type(int i) {
+    int n;
+    const quant_ftype *f = quant_ftype_list(&n);
+    /* only types whose quantizer exists */
+    for (int k = 0; k < n; k++) {
+        if (!kern_type_get(f[k].base_type)->from_float_ref) continue;
+        if (i-- == 0) return f[k].name;
+    }
+    return NULL;
+}

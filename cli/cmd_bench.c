@@ -1,0 +1,159 @@
+/* cmd_bench.c - `kvant bench`: prefill (pp) and decode (tg) tokens/s,
+ * mean +- sd over repetitions, in llama-bench's table format, through the
+ * same public API (kvant_forward on a sequence) that `run` uses.
+ * pp N: one batch of N random tokens into an empty cache (logits of the
+ * last token only, as llama-bench).  tg N: N single-token decode steps
+ * into an empty cache.  One warm-up run of each precedes the timed ones. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void bench_help(void) {
+    printf("usage: kvant bench -m MODEL [-p 512] [-n 128] [-t N] [-r 5] [--json]\n"
+           "\n"
+           "Measures prompt processing (pp: one batch of -p random tokens) and text\n"
+           "generation (tg: -n single-token decode steps) in tokens/s, mean +- sd over -r\n"
+           "repetitions after one warm-up, printed as llama-bench's markdown table.\n"
+           "\n"
+           "  -m, --model FILE     GGUF or llama2.c model (-z TOKENIZER for llama2.c)\n"
+           "  -p, --n-prompt N     prompt tokens (default 512; 0 skips pp)\n"
+           "  -n, --n-gen N        generated tokens (default 128; 0 skips tg)\n"
+           "  -t, --threads N      threads (default: number of CPUs, %d here)\n"
+           "  -r, --repetitions N  timed runs per test (default 5)\n"
+           "      --json           one JSON object per test instead of the table\n",
+           kvant_default_threads());
+}
+
+typedef struct {
+    double mean, sd;
+    double *samples;
+} stat;
+
+static stat stats_of(double *ts, int n) {
+    stat s = {0, 0, ts};
+    for (int i = 0; i < n; i++) s.mean += ts[i];
+    s.mean /= n;
+    for (int i = 0; i < n; i++) s.sd += (ts[i] - s.mean) * (ts[i] - s.mean);
+    s.sd = n > 1 ? sqrt(s.sd / (n - 1)) : 0;
+    return s;
+}
+
+/* tokens/s of one run; -1 on error (message printed) */
+static double run_once(kvant_seq *seq, const int32_t *toks, int n, bool gen, float *logits) {
+    kvant_status st;
+    kvant_seq_reset(seq);
+    const double t0 = kvant_time_ms();
+    if (!gen) {
+        if (kvant_forward(seq, toks, n, logits, false, &st)) goto fail;
+    } else {
+        for (int i = 0; i < n; i++)
+            if (kvant_forward(seq, &toks[i], 1, logits, false, &st)) goto fail;
+    }
+    return n * 1e3 / (kvant_time_ms() - t0);
+fail:
+    fprintf(stderr, "kvant bench: %s\n", st.msg);
+    return -1;
+}
+
+int cmd_bench(int argc, char **argv) {
+    cli_args a = {argc, 1, argv, "kvant bench", false};
+    const char *path = NULL, *tokenizer = NULL;
+    int n_prompt = 512, n_gen = 128, threads = 0, reps = 5;
+    bool json = false;
+    for (; a.i < argc && !a.error; a.i++) {
+        if (cli_is(&a, "-h", "--help")) { bench_help(); return CLI_OK; }
+        else if (cli_is(&a, "-m", "--model")) path = cli_str(&a);
+        else if (cli_is(&a, "-z", "--tokenizer")) tokenizer = cli_str(&a);
+        else if (cli_is(&a, "-p", "--n-prompt")) n_prompt = cli_int(&a, 0, 1 << 20);
+        else if (cli_is(&a, "-n", "--n-gen")) n_gen = cli_int(&a, 0, 1 << 20);
+        else if (cli_is(&a, "-t", "--threads")) threads = cli_int(&a, 1, 1024);
+        else if (cli_is(&a, "-r", "--repetitions")) reps = cli_int(&a, 1, 1000);
+        else if (cli_is(&a, "--json", NULL)) json = true;
+        else cli_unknown(&a);
+    }
+    if (a.error) return CLI_USAGE;
+    if (!path) {
+        fprintf(stderr, "kvant bench: no model given: -m MODEL (see --help)\n");
+        return CLI_USAGE;
+    }
+    if (!threads) threads = kvant_default_threads();
+    kvant_status st;
+    kvant_model_params mp = {tokenizer, threads};
+    kvant_model *m = kvant_model_open(path, &mp, &st);
+    if (!m) {
+        fprintf(stderr, "kvant bench: %s\n", st.msg);
+        return cli_status_exit(&st);
+    }
+    kvant_model_info in;
+    kvant_model_get_info(m, &in);
+    const int n_ctx = (n_prompt > n_gen ? n_prompt : n_gen) + 1;
+    kvant_seq *seq = kvant_seq_new(m, n_ctx, &st);
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_ctx);
+    float *logits = malloc(sizeof(float) * (size_t)in.vocab_size);
+    double *ts = malloc(sizeof(double) * (size_t)reps);
+    int rc = CLI_FAIL;
+    if (!seq || !toks || !logits || !ts) {
+        fprintf(stderr, "kvant bench: %s\n", seq ? "out of memory" : st.msg);
+        goto done;
+    }
+    uint64_t r = 12345;
+    for (int i = 0; i < n_ctx; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        toks[i] = (int32_t)((r >> 33) % (uint64_t)in.vocab_size);
+    }
+
+    /* the dominant tensor type names the model, as llama-bench does */
+    const char *main_type = "?";
+    size_t best = 0;
+    for (int i = 0; i < kvant_model_n_tensors(m); i++) {
+        kvant_tensor_info ti, tj;
+        kvant_model_tensor(m, i, &ti);
+        size_t sum = 0;
+        for (int j = 0; j < kvant_model_n_tensors(m); j++) {
+            kvant_model_tensor(m, j, &tj);
+            if (!strcmp(ti.type_name, tj.type_name)) sum += tj.nbytes;
+        }
+        if (sum > best) { best = sum; main_type = ti.type_name; }
+    }
+    char model_desc[160];
+    snprintf(model_desc, sizeof model_desc, "%s %s", in.name, main_type);
+    if (!json) {
+        printf("| model | size | params | backend | threads | test | t/s |\n");
+        printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
+    }
+    for (int test = 0; test < 2; test++) {
+        const bool gen = test == 1;
+        const int n = gen ? n_gen : n_prompt;
+        if (n == 0) continue;
+        if (run_once(seq, toks, n, gen, logits) < 0) goto done; /* warm-up */
+        for (int i = 0; i < reps; i++)
+            if ((ts[i] = run_once(seq, toks, n, gen, logits)) < 0) goto done;
+        const stat s = stats_of(ts, reps);
+        char name[32];
+        snprintf(name, sizeof name, "%s%d", gen ? "tg" : "pp", n);
+        if (json) {
+            printf("{\"model\": \"%s\", \"size\": %zu, \"params\": %lld, \"backend\": \"CPU %s\", \"threads\": %d, "
+                   "\"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, "
+                   "\"samples_ts\": [",
+                   model_desc, in.weight_bytes, (long long)in.n_params, kvant_kernel_tier(), threads, name,
+                   gen ? 0 : n, gen ? n : 0, s.mean, s.sd);
+            for (int i = 0; i < reps; i++) printf("%s%.4f", i ? ", " : "", ts[i]);
+            printf("]}\n");
+        } else {
+            printf("| %s | %.2f MiB | %.2f M | CPU %s | %d | %s | %.2f ± %.2f |\n", model_desc,
+                   in.weight_bytes / 1048576.0, in.n_params / 1e6, kvant_kernel_tier(), threads, name, s.mean, s.sd);
+        }
+        fflush(stdout);
+    }
+    rc = CLI_OK;
+done:
+    free(ts);
+    free(logits);
+    free(toks);
+    kvant_seq_free(seq);
+    kvant_model_free(m);
+    return rc;
+}

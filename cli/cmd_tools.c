@@ -1,0 +1,111 @@
+/* cmd_tools.c - `kvant synth` and `kvant quantize`: file tools. */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+static void list_types(FILE *f) {
+    for (int i = 0; kvant_quant_type(i); i++) fprintf(f, "%s%s", i ? " " : "", kvant_quant_type(i));
+}
+
+static void synth_help(void) {
+    printf("usage: kvant synth --shape NAME -o FILE [--type T] [--pure] [--seed S] [-t N]\n"
+           "\n"
+           "Writes a GGUF llama model with RANDOM weights (fixed seed) at a real model's\n"
+           "shape, for throughput benchmarks; its metadata names it synthetic\n"
+           "(general.description, kvant.synthetic = true).  Text from it is noise.\n"
+           "\n"
+           "  --shape NAME   one of:\n");
+    const char *what;
+    for (int i = 0; kvant_synth_shape(i, &what); i++) printf("                   %-16s %s\n", kvant_synth_shape(i, NULL), what);
+    printf("  -o FILE        output path\n"
+           "  --type T       tensor type or llama.cpp mix (default F32): ");
+    list_types(stdout);
+    printf("\n  --pure         every matrix in T (no llama.cpp mix rules)\n"
+           "  --seed S       random seed (default 42)\n"
+           "  -t N           threads (default: all CPUs)\n");
+}
+
+int cmd_synth(int argc, char **argv) {
+    cli_args a = {argc, 1, argv, "kvant synth", false};
+    kvant_synth_params p = {.seed = 42, .type = "F32"};
+    for (; a.i < argc && !a.error; a.i++) {
+        if (cli_is(&a, "-h", "--help")) { synth_help(); return CLI_OK; }
+        else if (cli_is(&a, "--shape", NULL)) p.shape = cli_str(&a);
+        else if (cli_is(&a, "-o", "--output")) p.out_path = cli_str(&a);
+        else if (cli_is(&a, "--type", NULL)) p.type = cli_str(&a);
+        else if (cli_is(&a, "--pure", NULL)) p.pure = true;
+        else if (cli_is(&a, "--seed", NULL)) p.seed = cli_u64(&a);
+        else if (cli_is(&a, "-t", "--threads")) p.n_threads = cli_int(&a, 1, 1024);
+        else cli_unknown(&a);
+    }
+    if (a.error) return CLI_USAGE;
+    if (!p.shape || !p.out_path) {
+        fprintf(stderr, "kvant synth: --shape and -o are required (see --help)\n");
+        return CLI_USAGE;
+    }
+    kvant_status st;
+    if (kvant_synth(&p, &st)) {
+        fprintf(stderr, "kvant synth: %s\n", st.msg);
+        return st.code == KVANT_ERR_ARG ? CLI_USAGE : CLI_FAIL;
+    }
+    return CLI_OK;
+}
+
+static void quantize_help(void) {
+    printf("usage: kvant quantize IN.gguf OUT.gguf TYPE [--pure] [-t N] [-q]\n"
+           "\n"
+           "Quantizes a GGUF llama model as llama.cpp's quantize tool does, so the output\n"
+           "loads in llama.cpp: output.weight goes to Q6_K for quantized targets (except\n"
+           "Q8_0), the _K_M mixes give some attn_v / ffn_down layers Q6_K, _K_S some Q5_K.\n"
+           "Tensors whose rows do not divide a type's block fall back to a type that fits\n"
+           "(and the tool says so); norms and other 1-D tensors stay as they are.\n"
+           "\n"
+           "  TYPE     ");
+    list_types(stdout);
+    printf("\n  --pure   every matrix in TYPE (llama.cpp --pure)\n"
+           "  -t N     threads (default: all CPUs)\n"
+           "  -q       no per-tensor progress\n");
+}
+
+int cmd_quantize(int argc, char **argv) {
+    cli_args a = {argc, 1, argv, "kvant quantize", false};
+    const char *pos[3] = {0};
+    int npos = 0;
+    kvant_quantize_params p = {0};
+    for (; a.i < argc && !a.error; a.i++) {
+        if (cli_is(&a, "-h", "--help")) { quantize_help(); return CLI_OK; }
+        else if (cli_is(&a, "--pure", NULL)) p.pure = true;
+        else if (cli_is(&a, "-q", "--quiet")) p.quiet = true;
+        else if (cli_is(&a, "-t", "--threads")) p.n_threads = cli_int(&a, 1, 1024);
+        else if (argv[a.i][0] == '-' && argv[a.i][1]) cli_unknown(&a);
+        else if (npos < 3) pos[npos++] = argv[a.i];
+        else { fprintf(stderr, "kvant quantize: too many arguments (see --help)\n"); return CLI_USAGE; }
+    }
+    if (a.error) return CLI_USAGE;
+    if (npos != 3) {
+        fprintf(stderr, "kvant quantize: expected IN OUT TYPE (see --help)\n");
+        return CLI_USAGE;
+    }
+    if (access(pos[0], R_OK) != 0) {
+        fprintf(stderr, "kvant quantize: cannot open %s\n", pos[0]);
+        return CLI_USAGE;
+    }
+    bool known = false;
+    for (int i = 0; kvant_quant_type(i); i++) known |= !strcasecmp(kvant_quant_type(i), pos[2]);
+    if (!known) {
+        fprintf(stderr, "kvant quantize: unknown type '%s'; one of: ", pos[2]);
+        list_types(stderr);
+        fprintf(stderr, "\n");
+        return CLI_USAGE;
+    }
+    p.type = pos[2];
+    kvant_status st;
+    if (kvant_quantize(pos[0], pos[1], &p, &st)) {
+        fprintf(stderr, "kvant quantize: %s\n", st.msg);
+        return cli_status_exit(&st);
+    }
+    return CLI_OK;
+}
