@@ -179,6 +179,11 @@ kvant_code quant_file(const char *in_path, const char *out_path, const quant_par
         int type = quant_choose_type(&qc, t->name, t->n_dims, t->ne, t->type, note, sizeof note);
         const void *data = t->data;
         if (type != t->type) {
+            if (!kern_type_get(type)->from_float_ref) {
+                rc = core_fail(st, KVANT_ERR_UNSUPPORTED, "tensor '%s' needs type %s, which kvant cannot write yet",
+                               t->name, kern_type_name(type));
+                break;
+            }
             if (!src->to_float) {
                 rc = core_fail(st, KVANT_ERR_UNSUPPORTED, "%s: tensor '%s' is %s, which kvant cannot convert", in_path,
                                t->name, src->name);

@@ -166,6 +166,11 @@ kvant_code model_synth(const model_synth_params *p, kvant_status *st) {
         char note[256];
         const int type = quant_choose_type(&qc, s->name, n_dims, ne, KT_F32, note, sizeof note);
         const void *data = f32;
+        if (!kern_type_get(type)->from_float_ref) {
+            rc = core_fail(st, KVANT_ERR_UNSUPPORTED, "tensor '%s' needs type %s, which kvant cannot write yet", s->name,
+                           kern_type_name(type));
+            break;
+        }
         if (type != KT_F32) {
             quant_rows(pool, type, f32, q, s->rows, s->cols);
             data = q;
