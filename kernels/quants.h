@@ -33,13 +33,8 @@ static_assert(sizeof(block_q8_0) == 2 + QK8_0, "block_q8_0 size");
 typedef struct { kern_half d, s; int8_t qs[QK8_1]; } block_q8_1;              /* s = d * sum(q) */
 static_assert(sizeof(block_q8_1) == 4 + QK8_1, "block_q8_1 size");
 
-/* K-quant super-blocks (sizes only until their kernels land) */
-#define KERN_Q2_K_BYTES (QK_K / 16 + QK_K / 4 + 2 + 2)
-#define KERN_Q3_K_BYTES (QK_K / 8 + QK_K / 4 + 12 + 2)
-#define KERN_Q4_K_BYTES (2 + 2 + 12 + QK_K / 2)
-#define KERN_Q5_K_BYTES (2 + 2 + 12 + QK_K / 8 + QK_K / 2)
-#define KERN_Q6_K_BYTES (QK_K / 2 + QK_K / 4 + QK_K / 16 + 2)
-#define KERN_Q8_K_BYTES (4 + QK_K + QK_K / 16 * 2)
+/* K-quant super-blocks (block_q2_K .. block_q8_K) and their _ref routines */
+#include "kernels/quants_k.h"
 
 void kern_dequant_f32_ref(const void *x, float *y, int64_t n);
 void kern_dequant_f16_ref(const void *x, float *y, int64_t n);
