@@ -158,6 +158,35 @@ kvant_code kvant_quantize(const char *in_path, const char *out_path, const kvant
 /* i-th quantization type name kvant can write; NULL past the end */
 const char *kvant_quant_type(int i);
 
+/* ---- evaluation: perplexity and KL divergence -------------------------------- */
+typedef struct {
+    int n_ctx;              /* tokens per chunk / window (c) */
+    int n_chunks;           /* 0: as many as the text holds */
+    int stride;             /* 0: llama.cpp's method (non-overlapping chunks, BOS
+                               first, second half scored); 0 < S < n_ctx: sliding
+                               windows of n_ctx advancing by S, every token after
+                               the first scored once */
+    kvant_model *kl_base;   /* NULL, or the base model for KL divergence */
+    void (*progress)(void *user, int done, int total, double ppl_so_far);
+    void *user;
+} kvant_ppl_params;
+
+typedef struct {
+    double ppl, ppl_err;    /* exp(mean NLL), and llama.cpp's +/- */
+    int64_t n_scored;       /* tokens scored */
+    int n_chunks;           /* chunks or windows evaluated */
+    int64_t n_text_tokens;
+    bool has_kl;
+    double base_ppl, ppl_ratio;     /* ppl / base_ppl */
+    double kl_mean, kl_p99, kl_max; /* KL(base || model), nats per token */
+    double same_top;        /* share of scored tokens with the same argmax */
+    double seconds;
+} kvant_ppl_result;
+
+/* Tokenizes text (BOS first) and measures perplexity as described above. */
+kvant_code kvant_perplexity(kvant_model *m, const char *text, size_t len, const kvant_ppl_params *p,
+                            kvant_ppl_result *r, kvant_status *st);
+
 /* ---- misc --------------------------------------------------------------- */
 const char *kvant_version(void);
 double kvant_time_ms(void); /* monotonic clock, milliseconds */
