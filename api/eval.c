@@ -145,3 +145,60 @@ kvant_code kvant_perplexity(kvant_model *m, const char *text, size_t len, const 
     free(toks);
     return rc;
 }
+
+/* ---- streaming evaluation --------------------------------------------------- */
+kvant_code kvant_stream_ppl(kvant_model *m, const char *text, size_t len, const kvant_stream_params *p,
+                            kvant_stream_result *r, kvant_status *st) {
+    memset(r, 0, sizeof *r);
+    const bool full = !strcmp(p->policy, "full"), stream = !strcmp(p->policy, "streaming"),
+               recompute = !strcmp(p->policy, "recompute");
+    if (!full && !stream && !recompute)
+        return core_fail(st, KVANT_ERR_ARG, "unknown policy '%s' (full, streaming, recompute)", p->policy);
+    if (!full && p->window < 1) return core_fail(st, KVANT_ERR_ARG, "policy %s needs a window", p->policy);
+    kvant_model_info in;
+    kvant_model_get_info(m, &in);
+    if (len > (size_t)INT32_MAX / 2) return core_fail(st, KVANT_ERR_ARG, "text too long");
+    int32_t *toks = malloc(sizeof(int32_t) * (len + 16));
+    float *lg = malloc(sizeof(float) * (size_t)in.vocab_size);
+    if (!toks || !lg) {
+        free(toks);
+        free(lg);
+        return core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+    }
+    int n_tok = kvant_tokenize(m, text, len, true, toks, (int)len + 16);
+    int n = n_tok - 1; /* targets 1 .. n_tok-1 */
+    if (p->max_tokens > 0 && p->max_tokens < n) n = p->max_tokens;
+    kvant_seq_params sp = kvant_seq_default();
+    if (full) sp.n_ctx = n + 1;
+    else if (stream) { sp.sink = p->sink; sp.window = p->window; }
+    else sp.n_ctx = p->window;
+    kvant_seq *s = n > 0 ? kvant_seq_new_ex(m, &sp, st) : NULL;
+    kvant_code rc = s ? KVANT_OK : (n > 0 ? st->code : core_fail(st, KVANT_ERR_ARG, "text too short"));
+    eval_stats nll = {0};
+    const double t0 = core_time_ms();
+    for (int i = 0; rc == KVANT_OK && i < n; i++) {
+        if (recompute) {
+            const int lo = i + 1 - p->window > 0 ? i + 1 - p->window : 0;
+            kvant_seq_reset(s);
+            rc = kvant_forward(s, toks + lo, i + 1 - lo, lg, false, st);
+        } else {
+            rc = kvant_forward(s, &toks[i], 1, lg, false, st);
+        }
+        if (rc) break;
+        const double x = eval_nll(lg, in.vocab_size, toks[i + 1]);
+        eval_stats_add(&nll, x);
+        if (p->nll_out) p->nll_out[i] = (float)x;
+        if (p->progress && ((i + 1) % 1000 == 0 || i + 1 == n)) p->progress(p->user, i + 1, n, exp(nll.mean));
+    }
+    if (rc == KVANT_OK) {
+        r->seconds = (core_time_ms() - t0) / 1e3;
+        r->n_scored = nll.n;
+        r->ppl = exp(nll.mean);
+        r->tokens_per_s = r->seconds > 0 ? nll.n / r->seconds : 0;
+        r->kv_bytes = kvant_seq_kv_bytes(s);
+    }
+    kvant_seq_free(s);
+    free(toks);
+    free(lg);
+    return rc;
+}

@@ -4,6 +4,7 @@
 
 #include "kvant.h"
 #include "kernels/types.h"
+#include "kv/paged.h"
 #include "model/model.h"
 #include "sample/sample.h"
 
@@ -16,7 +17,7 @@ struct kvant_model {
 
 struct kvant_seq {
     const model *m;
-    kv_cache *kv;
+    kv_store *kv;
     model_work *work;
 };
 
@@ -100,36 +101,96 @@ int kvant_token_to_piece(const kvant_model *km, int32_t prev, int32_t token, cha
     return tok_decode_piece(km->m->tok, prev, token, buf, cap);
 }
 
-kvant_seq *kvant_seq_new(kvant_model *km, int n_ctx, kvant_status *st) {
+kvant_seq_params kvant_seq_default(void) {
+    return (kvant_seq_params){.n_ctx = 0, .attn = "flash", .kv = "paged", .kv_type = "f32"};
+}
+
+static int kv_type_of(const char *name) {
+    if (!name || !strcmp(name, "f32")) return KT_F32;
+    if (!strcmp(name, "f16")) return KT_F16;
+    if (!strcmp(name, "q8_0")) return KT_Q8_0;
+    return -1;
+}
+
+kvant_seq *kvant_seq_new_ex(kvant_model *km, const kvant_seq_params *p, kvant_status *st) {
     const model *m = km->m;
-    if (n_ctx <= 0) n_ctx = m->cfg.n_ctx_train;
+    const model_config *c = &m->cfg;
+    const int kv_dim = c->n_kv_heads * c->head_dim;
+    const int type = kv_type_of(p->kv_type);
+    const bool naive = p->attn && !strcmp(p->attn, "naive");
+    if (type < 0) {
+        core_fail(st, KVANT_ERR_ARG, "unknown KV cache type '%s' (f32, f16, q8_0)", p->kv_type);
+        return NULL;
+    }
+    if (p->attn && !naive && strcmp(p->attn, "flash")) {
+        core_fail(st, KVANT_ERR_ARG, "unknown attention '%s' (flash, naive)", p->attn);
+        return NULL;
+    }
+    const bool paged = p->kv && !strcmp(p->kv, "paged");
+    if (p->kv && !paged && strcmp(p->kv, "contiguous")) {
+        core_fail(st, KVANT_ERR_ARG, "unknown KV cache '%s' (paged, contiguous)", p->kv);
+        return NULL;
+    }
+    if (p->sink_stats > 0 && !naive) {
+        core_fail(st, KVANT_ERR_ARG, "attention-sink statistics need the naive attention");
+        return NULL;
+    }
     kvant_seq *s = calloc(1, sizeof *s);
     if (!s) {
         core_fail(st, KVANT_ERR_NOMEM, "out of memory");
         return NULL;
     }
     s->m = m;
-    s->kv = kv_cache_new(m->cfg.n_layers, n_ctx, m->cfg.n_kv_heads * m->cfg.head_dim, st);
-    if (s->kv) s->work = model_work_new(m, SEQ_MAX_BATCH, n_ctx, st);
+    int n_ctx = p->n_ctx > 0 ? p->n_ctx : c->n_ctx_train;
+    if (p->window > 0) {
+        s->kv = kv_streaming_new(c->n_layers, p->sink, p->window, kv_dim, type, st);
+        n_ctx = p->sink + p->window;
+    } else if (paged) {
+        /* a private pool just large enough for n_ctx tokens */
+        const int B = p->block_size > 0 ? p->block_size : KV_BLOCK_SIZE_DEFAULT;
+        const kv_pool_params pp = {.n_layers = c->n_layers, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+                                   .type = type, .block_size = B, .n_blocks = (n_ctx + B - 1) / B,
+                                   .max_ctx = n_ctx, .max_seqs = 1, .prefix_cache = false};
+        kv_pool *pool = kv_pool_new(&pp, st);
+        if (pool && !(s->kv = kv_paged_store_new(pool, true, st))) kv_pool_free(pool);
+    } else {
+        s->kv = kv_contiguous_new(c->n_layers, n_ctx, kv_dim, type, st);
+    }
+    if (s->kv) s->work = model_work_new(m, SEQ_MAX_BATCH, n_ctx, naive ? MODEL_ATTN_NAIVE : MODEL_ATTN_FLASH, st);
     if (!s->kv || !s->work) {
         kvant_seq_free(s);
         return NULL;
     }
+    s->work->sink_n = p->sink_stats;
     core_ok(st);
     return s;
 }
 
+kvant_seq *kvant_seq_new(kvant_model *km, int n_ctx, kvant_status *st) {
+    kvant_seq_params p = kvant_seq_default();
+    p.n_ctx = n_ctx;
+    return kvant_seq_new_ex(km, &p, st);
+}
+
 void kvant_seq_free(kvant_seq *s) {
     if (!s) return;
-    kv_cache_free(s->kv);
+    kv_free(s->kv);
     model_work_free(s->work);
     free(s);
 }
 
-void kvant_seq_reset(kvant_seq *s) { kv_cache_clear(s->kv); }
+void kvant_seq_reset(kvant_seq *s) { kv_clear(s->kv); }
 int kvant_seq_pos(const kvant_seq *s) { return s->kv->n_pos; }
 size_t kvant_seq_kv_bytes(const kvant_seq *s) { return kv_bytes_used(s->kv); }
-size_t kvant_seq_kv_capacity_bytes(const kvant_seq *s) { return kv_bytes_reserved(s->kv); }
+size_t kvant_seq_kv_capacity_bytes(const kvant_seq *s) { return kv_reserved_bytes(s->kv); }
+int64_t kvant_seq_evicted(const kvant_seq *s) { return s->kv->evicted; }
+
+int kvant_seq_sink_stats(const kvant_seq *s, double *per_layer, int max_layers) {
+    const int L = s->m->cfg.n_layers < max_layers ? s->m->cfg.n_layers : max_layers;
+    for (int l = 0; l < L; l++)
+        per_layer[l] = s->work->sink_queries ? s->work->sink_mass[l] / (double)s->work->sink_queries : 0.0;
+    return L;
+}
 
 kvant_code kvant_forward(kvant_seq *s, const int32_t *tokens, int n, float *logits, bool all_logits,
                          kvant_status *st) {

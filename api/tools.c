@@ -5,7 +5,7 @@
 #include "model/model.h"
 
 kvant_code kvant_synth(const kvant_synth_params *p, kvant_status *st) {
-    const model_synth_params mp = {p->shape, p->out_path, p->type, p->pure, p->seed, p->n_threads, p->quiet};
+    const model_synth_params mp = {p->shape, p->out_path, p->type, p->pure, p->seed, p->n_threads, p->quiet, p->n_ctx};
     core_ok(st);
     return model_synth(&mp, st);
 }

@@ -38,5 +38,7 @@ int cmd_synth(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
+int cmd_stream_ppl(int argc, char **argv);
+int cmd_attn_stats(int argc, char **argv);
 
 #endif

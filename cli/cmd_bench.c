@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli/cli.h"
 
@@ -23,7 +24,11 @@ static void bench_help(void) {
            "  -n, --n-gen N        generated tokens (default 128; 0 skips tg)\n"
            "  -t, --threads N      threads (default: number of CPUs, %d here)\n"
            "  -r, --repetitions N  timed runs per test (default 5)\n"
-           "      --json           one JSON object per test instead of the table\n",
+           "      --attn A         flash (default) or naive\n"
+           "      --kv K           paged (default) or contiguous\n"
+           "      --kv-type T      f32 (default), f16 or q8_0\n"
+           "      --json           one JSON object per test instead of the table\n"
+           "The last line gives the peak resident memory of the process.\n",
            kvant_default_threads());
 }
 
@@ -63,6 +68,7 @@ int cmd_bench(int argc, char **argv) {
     const char *path = NULL, *tokenizer = NULL;
     int n_prompt = 512, n_gen = 128, threads = 0, reps = 5;
     bool json = false;
+    kvant_seq_params sp = kvant_seq_default();
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) { bench_help(); return CLI_OK; }
         else if (cli_is(&a, "-m", "--model")) path = cli_str(&a);
@@ -72,6 +78,9 @@ int cmd_bench(int argc, char **argv) {
         else if (cli_is(&a, "-t", "--threads")) threads = cli_int(&a, 1, 1024);
         else if (cli_is(&a, "-r", "--repetitions")) reps = cli_int(&a, 1, 1000);
         else if (cli_is(&a, "--json", NULL)) json = true;
+        else if (cli_is(&a, "--attn", NULL)) sp.attn = cli_str(&a);
+        else if (cli_is(&a, "--kv", NULL)) sp.kv = cli_str(&a);
+        else if (cli_is(&a, "--kv-type", NULL)) sp.kv_type = cli_str(&a);
         else cli_unknown(&a);
     }
     if (a.error) return CLI_USAGE;
@@ -90,7 +99,8 @@ int cmd_bench(int argc, char **argv) {
     kvant_model_info in;
     kvant_model_get_info(m, &in);
     const int n_ctx = (n_prompt > n_gen ? n_prompt : n_gen) + 1;
-    kvant_seq *seq = kvant_seq_new(m, n_ctx, &st);
+    sp.n_ctx = n_ctx;
+    kvant_seq *seq = kvant_seq_new_ex(m, &sp, &st);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_ctx);
     float *logits = malloc(sizeof(float) * (size_t)in.vocab_size);
     double *ts = malloc(sizeof(double) * (size_t)reps);
@@ -148,6 +158,9 @@ int cmd_bench(int argc, char **argv) {
         }
         fflush(stdout);
     }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    if (!json) printf("\npeak RSS %.1f MiB (attention %s, KV %s %s)\n", ru.ru_maxrss / 1024.0, sp.attn, sp.kv, sp.kv_type);
     rc = CLI_OK;
 done:
     free(ts);

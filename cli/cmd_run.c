@@ -28,6 +28,11 @@ static void run_help(void) {
            "  -s, --seed S           RNG seed (default: from the clock; printed in the stats)\n"
            "  -t, --threads N        threads (default: number of CPUs, %d here)\n"
            "      --no-cache         recompute the whole prefix for every token (no KV cache)\n"
+           "      --attn A           attention kernel: flash (default) or naive (the reference)\n"
+           "      --kv K             KV cache: paged (default) or contiguous (the reference)\n"
+           "      --kv-type T        KV cache element type: f32 (default), f16, q8_0\n"
+           "      --sink N           StreamingLLM: keep the first N tokens (attention sinks) ...\n"
+           "      --window W         ... and the last W tokens: generation runs in constant memory\n"
            "      --ignore-eos       keep generating after the end-of-sequence token\n"
            "  -h, --help             this text\n",
            kvant_default_threads());
@@ -38,12 +43,13 @@ typedef struct {
     int n_predict, n_ctx, threads;
     bool no_cache, ignore_eos, seed_set;
     kvant_sampling samp;
+    kvant_seq_params seq;
 } run_opts;
 
 /* returns -1 to continue, or an exit code */
 static int parse(int argc, char **argv, run_opts *o) {
     cli_args a = {argc, 1, argv, "kvant run", false};
-    *o = (run_opts){.prompt = "", .n_predict = 128, .samp = kvant_sampling_default()};
+    *o = (run_opts){.prompt = "", .n_predict = 128, .samp = kvant_sampling_default(), .seq = kvant_seq_default()};
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) { run_help(); return CLI_OK; }
         else if (cli_is(&a, "-m", "--model")) o->model = cli_str(&a);
@@ -61,6 +67,11 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (cli_is(&a, "-t", "--threads")) o->threads = cli_int(&a, 1, 1024);
         else if (cli_is(&a, "--no-cache", NULL)) o->no_cache = true;
         else if (cli_is(&a, "--ignore-eos", NULL)) o->ignore_eos = true;
+        else if (cli_is(&a, "--attn", NULL)) o->seq.attn = cli_str(&a);
+        else if (cli_is(&a, "--kv", NULL)) o->seq.kv = cli_str(&a);
+        else if (cli_is(&a, "--kv-type", NULL)) o->seq.kv_type = cli_str(&a);
+        else if (cli_is(&a, "--sink", NULL)) o->seq.sink = cli_int(&a, 0, 1 << 20);
+        else if (cli_is(&a, "--window", NULL)) o->seq.window = cli_int(&a, 1, 1 << 22);
         else cli_unknown(&a);
     }
     if (a.error) return CLI_USAGE;
@@ -69,6 +80,14 @@ static int parse(int argc, char **argv, run_opts *o) {
         return CLI_USAGE;
     }
     if (!o->seed_set) o->samp.seed = (uint64_t)time(NULL);
+    if (o->seq.sink && !o->seq.window) {
+        fprintf(stderr, "kvant run: --sink needs --window (see --help)\n");
+        return CLI_USAGE;
+    }
+    if (o->seq.window && o->no_cache) {
+        fprintf(stderr, "kvant run: --no-cache and --window do not mix\n");
+        return CLI_USAGE;
+    }
     return -1;
 }
 
@@ -76,6 +95,7 @@ typedef struct {
     int n_prompt, n_gen;
     double t_start, t_first, t_end; /* ms */
     size_t kv_bytes;
+    int64_t evicted;
 } run_stats;
 
 static void print_stats(const run_opts *o, const run_stats *s) {
@@ -91,6 +111,11 @@ static void print_stats(const run_opts *o, const run_stats *s) {
     fprintf(stderr, "decode:            %.1f tokens/s\n", decode_ms > 0 ? n_dec * 1e3 / decode_ms : 0.0);
     fprintf(stderr, "KV cache in use:   %zu bytes (%.2f MiB)%s\n", s->kv_bytes, s->kv_bytes / 1048576.0,
             o->no_cache ? " [--no-cache: recomputed every step]" : "");
+    fprintf(stderr, "KV cache:          %s, %s, %s attention", o->seq.window ? "streaming" : o->seq.kv,
+            o->seq.kv_type, o->seq.attn);
+    if (o->seq.window) fprintf(stderr, ", sink %d + window %d, %lld tokens evicted", o->seq.sink, o->seq.window,
+                               (long long)s->evicted);
+    fprintf(stderr, "\n");
     fprintf(stderr, "sampling:          %s, seed %llu\n", o->samp.temperature > 0 ? "stochastic" : "greedy",
             (unsigned long long)o->samp.seed);
 }
@@ -125,16 +150,18 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     const int n_ctx = o.n_ctx ? o.n_ctx : n_prompt + o.n_predict;
-    if (n_prompt + o.n_predict > n_ctx) {
+    if (!o.seq.window && n_prompt + o.n_predict > n_ctx) {
         fprintf(stderr, "kvant run: prompt (%d tokens) + %d new tokens do not fit the context of %d\n", n_prompt,
                 o.n_predict, n_ctx);
         rc = CLI_USAGE;
         goto done;
     }
-    if (n_ctx > info.n_ctx_train)
+    if (!o.seq.window && n_ctx > info.n_ctx_train)
         fprintf(stderr, "kvant run: warning: context %d exceeds the training context %d\n", n_ctx, info.n_ctx_train);
-    if (!(seq = kvant_seq_new(m, n_ctx, &st)) || !(smp = kvant_sampler_new(&o.samp, info.vocab_size, &st))) {
+    o.seq.n_ctx = n_ctx;
+    if (!(seq = kvant_seq_new_ex(m, &o.seq, &st)) || !(smp = kvant_sampler_new(&o.samp, info.vocab_size, &st))) {
         fprintf(stderr, "kvant run: %s\n", st.msg);
+        rc = st.code == KVANT_ERR_ARG ? CLI_USAGE : CLI_FAIL;
         goto done;
     }
     for (int i = 0; i < n_prompt; i++) kvant_sampler_accept(smp, tokens[i]);
@@ -163,6 +190,7 @@ int cmd_run(int argc, char **argv) {
     s.t_end = kvant_time_ms();
     if (!s.t_first) s.t_first = s.t_end;
     s.kv_bytes = kvant_seq_kv_bytes(seq);
+    s.evicted = kvant_seq_evicted(seq);
 
     print_stats(&o, &s);
     rc = CLI_OK;

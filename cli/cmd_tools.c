@@ -11,7 +11,7 @@ static void list_types(FILE *f) {
 }
 
 static void synth_help(void) {
-    printf("usage: kvant synth --shape NAME -o FILE [--type T] [--pure] [--seed S] [-t N]\n"
+    printf("usage: kvant synth --shape NAME -o FILE [--type T] [--pure] [--seed S] [--ctx N] [-t N]\n"
            "\n"
            "Writes a GGUF llama model with RANDOM weights (fixed seed) at a real model's\n"
            "shape, for throughput benchmarks; its metadata names it synthetic\n"
@@ -25,6 +25,7 @@ static void synth_help(void) {
     list_types(stdout);
     printf("\n  --pure         every matrix in T (no llama.cpp mix rules)\n"
            "  --seed S       random seed (default 42)\n"
+           "  --ctx N        context length to declare (default: the shape's)\n"
            "  -t N           threads (default: all CPUs)\n");
 }
 
@@ -38,6 +39,7 @@ int cmd_synth(int argc, char **argv) {
         else if (cli_is(&a, "--type", NULL)) p.type = cli_str(&a);
         else if (cli_is(&a, "--pure", NULL)) p.pure = true;
         else if (cli_is(&a, "--seed", NULL)) p.seed = cli_u64(&a);
+        else if (cli_is(&a, "--ctx", NULL)) p.n_ctx = cli_int(&a, 16, 1 << 22);
         else if (cli_is(&a, "-t", "--threads")) p.n_threads = cli_int(&a, 1, 1024);
         else cli_unknown(&a);
     }

@@ -14,6 +14,8 @@ static void usage(FILE *f) {
             "  run    generate text from a prompt (GGUF or llama2.c model)\n"
             "  info   describe a model: hyperparameters, tensors, KV cache size\n"
             "  ppl    perplexity (llama.cpp's method) and KL divergence from a base model\n"
+            "  stream-ppl  per-token loss over a long stream under a KV policy (StreamingLLM)\n"
+            "  attn-stats  attention mass on the first tokens, per layer (attention sinks)\n"
             "  bench  prefill (pp) and decode (tg) tokens/s, llama-bench style\n"
             "  quantize  quantize a GGUF model (llama.cpp types and mixes)\n"
             "  synth  write a synthetic model (random weights) at a real model's shape\n"
@@ -40,6 +42,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "ppl")) return cmd_ppl(argc - 1, argv + 1);
+    if (!strcmp(cmd, "stream-ppl")) return cmd_stream_ppl(argc - 1, argv + 1);
+    if (!strcmp(cmd, "attn-stats")) return cmd_attn_stats(argc - 1, argv + 1);
     if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
     fprintf(stderr, "kvant: unknown command '%s' (see kvant --help)\n", cmd);

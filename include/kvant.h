@@ -95,8 +95,27 @@ int kvant_token_to_piece(const kvant_model *m, int32_t prev, int32_t token, char
 /* ---- sequence: a KV cache and a position ------------------------------ */
 typedef struct kvant_seq kvant_seq;
 
-/* n_ctx: KV capacity in tokens (0: the model's training context). */
+typedef struct {
+    int n_ctx;              /* positions the sequence may hold (0: training context) */
+    const char *attn;       /* "flash" (default) or "naive" (the reference) */
+    const char *kv;         /* "paged" (default) or "contiguous" (the reference) */
+    const char *kv_type;    /* "f32" (default), "f16" or "q8_0" */
+    int block_size;         /* paged: tokens per block (0: 16) */
+    int window;             /* > 0: StreamingLLM cache of `sink` + `window` tokens */
+    int sink;
+    int sink_stats;         /* > 0 (naive attention): measure the attention mass on
+                               the first sink_stats cache positions, per layer */
+} kvant_seq_params;
+kvant_seq_params kvant_seq_default(void);
+kvant_seq *kvant_seq_new_ex(kvant_model *m, const kvant_seq_params *p, kvant_status *st);
+/* the defaults with n_ctx (0: the model's training context) */
 kvant_seq *kvant_seq_new(kvant_model *m, int n_ctx, kvant_status *st);
+/* attention-sink statistics so far: for each layer, the average share of
+ * attention probability that a (query, head) pair puts on the first
+ * sink_stats cache positions.  Returns the layer count written. */
+int kvant_seq_sink_stats(const kvant_seq *s, double *per_layer, int max_layers);
+/* tokens dropped by a streaming cache so far */
+int64_t kvant_seq_evicted(const kvant_seq *s);
 void kvant_seq_free(kvant_seq *s);
 void kvant_seq_reset(kvant_seq *s);      /* forget all cached positions */
 int  kvant_seq_pos(const kvant_seq *s);  /* tokens already in the cache */
@@ -139,6 +158,7 @@ typedef struct {
     uint64_t seed;
     int n_threads;          /* 0: all CPUs */
     bool quiet;             /* no progress on stderr */
+    int n_ctx;              /* > 0: declared context length instead of the shape's */
 } kvant_synth_params;
 /* Writes a GGUF with random weights at a real model's shape, marked
  * synthetic in its metadata. */
@@ -186,6 +206,32 @@ typedef struct {
 /* Tokenizes text (BOS first) and measures perplexity as described above. */
 kvant_code kvant_perplexity(kvant_model *m, const char *text, size_t len, const kvant_ppl_params *p,
                             kvant_ppl_result *r, kvant_status *st);
+
+/* Streaming evaluation: the text's tokens are fed one at a time (decode)
+ * and every next token is scored, under a cache policy:
+ *   "full"       contiguous cache of every token (positions grow past the
+ *                training context);
+ *   "streaming"  sink + window cache (StreamingLLM; sink 0 = window only);
+ *   "recompute"  for every token, recompute the last `window` tokens from
+ *                scratch (the sliding window with re-computation baseline). */
+typedef struct {
+    const char *policy;     /* "full", "streaming", "recompute" */
+    int sink, window;
+    int max_tokens;         /* score at most this many tokens (0: all) */
+    float *nll_out;         /* NULL, or [max_tokens] per-token NLL (nats) */
+    void (*progress)(void *user, int done, int total, double ppl_so_far);
+    void *user;
+} kvant_stream_params;
+
+typedef struct {
+    double ppl;
+    int64_t n_scored;
+    double seconds, tokens_per_s;
+    size_t kv_bytes;        /* cache bytes in use at the end */
+} kvant_stream_result;
+
+kvant_code kvant_stream_ppl(kvant_model *m, const char *text, size_t len, const kvant_stream_params *p,
+                            kvant_stream_result *r, kvant_status *st);
 
 /* ---- misc --------------------------------------------------------------- */
 const char *kvant_version(void);

@@ -21,7 +21,9 @@
  * pool block b = block_table ? block_table[i] : i; its K row is at
  * k_base + b * block_stride + slot * row_bytes (V likewise from v_base).
  * A row holds Hkv*D elements of `type` (KT_F32, KT_F16 or KT_Q8_0; Q8_0
- * blocks run along the row, so Hkv*D must be a multiple of 32). */
+ * blocks run along the row, so Hkv*D must be a multiple of 32).  Rows are
+ * aligned to 4 bytes (F32) or 2 bytes (F16, Q8_0): k_base, v_base,
+ * block_stride and row_bytes are multiples of that. */
 typedef struct {
     const uint8_t *k_base, *v_base;
     size_t block_stride;
@@ -41,14 +43,40 @@ typedef struct {
     int tile;       /* flash: positions per K/V tile (0 = default 64) */
 } kern_attn_dims;
 
-/* Per-thread scratch bytes either kernel needs (times the pool size). */
+/* Per-thread scratch bytes either kernel needs (times the pool size): the
+ * larger of the two below. */
 size_t kern_attn_scratch_bytes(const kern_attn_dims *d, int n_pos_max);
+/* Per-thread scratch of each kernel alone.  naive: (T*P + 2*P*D) floats for
+ * P = n_pos_max (the T x P score matrix of one head and that head's K/V
+ * rows, dequantized).  flash: independent of P: a tile of K and V, the
+ * scores of a tile and the accumulators of one block of query rows
+ * (about 150 KB at D = 64, H / Hkv = 8, tile 64).  All three never shrink
+ * as T, n_pos_max or tile grow, so a buffer sized once for the largest T
+ * and P serves every call with the same H, Hkv, D and tile. */
+size_t kern_attn_naive_scratch_bytes(const kern_attn_dims *d, int n_pos_max);
+size_t kern_attn_flash_scratch_bytes(const kern_attn_dims *d);
+
+/* Reads cache position p, KV head hk (D elements at element hk*D of the row)
+ * through the view into dst[D] as floats; K (is_v false) is rotated by
+ * position p when view->rope_k is set.  The reference way to read a view
+ * (the naive kernel uses it; tests use it to check layouts). */
+void kern_kv_view_read(const kern_kv_view *view, bool is_v, int p, int hk, int D, float *dst);
 
 /* q: [T][H][D] floats (already rotated).  out: [T][H][D].
- * scratch: n_threads * kern_attn_scratch_bytes(d, view->n_pos) bytes.
+ * scratch: n_threads * kern_attn_scratch_bytes(d, view->n_pos) bytes (or the
+ * kernel's own *_scratch_bytes), n_threads = core_pool_size(pool); any
+ * alignment (the kernels align their slices to 64 bytes themselves, and
+ * the sizes above include that slack).
+ * Needs q_pos0 + T <= n_pos: nothing at or past n_pos is ever read.
+ * Results do not depend on the number of threads (each output row is
+ * computed by one thread in a fixed order).
  * sink_mass: NULL, or [H] floats that receive, summed over the T queries,
  * the attention probability each head puts on cache positions 0..n_sink-1
- * (for attention-sink statistics); n_sink ignored when NULL. */
+ * (for attention-sink statistics); n_sink ignored when NULL.  The values
+ * are overwritten, not added to (sum across layers / steps in the caller).
+ * flash has no sink_mass: ask naive, or compute it from a decode step.
+ * flash runs its tile loops at the active kernel tier (kern_active_tier():
+ * AVX2 + FMA + F16C code at avx2 and above, portable C below). */
 void kern_attn_naive(core_pool *pool, void *scratch, const float *q, const kern_kv_view *kv, float *out,
                      const kern_attn_dims *d, float *sink_mass, int n_sink);
 void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_kv_view *kv, float *out,

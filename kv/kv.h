@@ -1,28 +1,91 @@
-/* kv/ - KV caches.  For now the contiguous per-sequence cache: one float
- * buffer per layer for K and one for V, [n_ctx][kv_dim] each, allocated
- * once at creation.  Bytes = 2 x layers x n_ctx x kv_dim x sizeof(float)
- * (the formula 2 x layers x kv_heads x head_dim x bytes per token). */
+/* kv/ - KV caches behind one interface, kv_store: what the forward pass
+ * needs from a cache, whatever its memory policy.
+ *
+ *   contiguous  one [n_ctx][row] region per layer for K and for V, reserved
+ *               up front (the reference);
+ *   paged       a sequence in a kv_pool of fixed-size blocks with block
+ *               tables, sharing, copy-on-write and prefix caching
+ *               (kv/paged.h; kv/store_paged.c adapts it);
+ *   streaming   StreamingLLM: the first n_sink tokens plus the last
+ *               n_window tokens; K is stored BEFORE RoPE and rotated by its
+ *               index in the cache when read, so no position exceeds
+ *               n_sink + n_window.
+ *
+ * A row holds Hkv*D elements of the cache type (KT_F32, KT_F16 or KT_Q8_0).
+ * One forward chunk of T tokens does:
+ *     kv_reserve(s, T)  ->  for each layer: kv_row(...) for cache indices
+ *     n_pos .. n_pos+T-1, write K and V;  kv_view(s, layer, n_pos + T)
+ *     and attend;  then kv_commit(s, tokens, T).
+ * Cache index = RoPE position of the query (and of K when rotated on read).
+ */
 #ifndef KVANT_KV_H
 #define KVANT_KV_H
 
 #include "core/core.h"
+#include "kernels/attn.h"
+
+typedef struct kv_store kv_store;
 
 typedef struct {
-    int n_layers, n_ctx, kv_dim;
-    int n_pos;     /* positions filled: 0 .. n_pos-1 */
-    float *k, *v;  /* (layer, n_ctx, kv_dim) */
-} kv_cache;
+    /* room for n more rows (may evict: streaming; may copy-on-write or fail
+     * with KVANT_ERR_FULL: paged; nothing changes on failure) */
+    kvant_code (*reserve)(kv_store *s, int n, kvant_status *st);
+    /* where to write cache index pos of `layer` */
+    void (*row)(kv_store *s, int layer, int pos, uint8_t **k, uint8_t **v);
+    /* layer as an attention view over cache indices 0 .. n_pos-1 */
+    void (*view)(kv_store *s, int layer, int n_pos, kern_kv_view *out);
+    /* the n rows written after reserve are now part of the cache */
+    void (*commit)(kv_store *s, const int32_t *tokens, int n);
+    /* forget every row (the memory stays reserved) */
+    void (*clear)(kv_store *s);
+    void (*destroy)(kv_store *s);
+    /* empty store only: reuse cached K/V of a prompt's leading full blocks;
+     * returns the tokens now cached (n_pos).  NULL: no prefix caching */
+    int (*prefix_match)(kv_store *s, const int32_t *tokens, int n);
+    /* a new store sharing this one's rows (copy-on-write).  NULL: no fork */
+    kv_store *(*fork)(kv_store *s, kvant_status *st);
+} kv_store_ops;
 
-/* Allocates the whole cache; NULL + status on overflow / out of memory. */
-kv_cache *kv_cache_new(int n_layers, int n_ctx, int kv_dim, kvant_status *st);
-void kv_cache_free(kv_cache *c);
-static inline void kv_cache_clear(kv_cache *c) { c->n_pos = 0; }
-/* K / V rows of `layer` starting at position 0; row stride kv_dim floats */
-static inline float *kv_k(const kv_cache *c, int layer) { return c->k + (size_t)layer * c->n_ctx * c->kv_dim; }
-static inline float *kv_v(const kv_cache *c, int layer) { return c->v + (size_t)layer * c->n_ctx * c->kv_dim; }
-/* bytes per cached token, in use, and reserved */
-static inline size_t kv_bytes_per_token(const kv_cache *c) { return 2 * (size_t)c->n_layers * c->kv_dim * sizeof(float); }
-static inline size_t kv_bytes_used(const kv_cache *c) { return kv_bytes_per_token(c) * (size_t)c->n_pos; }
-static inline size_t kv_bytes_reserved(const kv_cache *c) { return kv_bytes_per_token(c) * (size_t)c->n_ctx; }
+struct kv_store {
+    const kv_store_ops *ops;
+    int type;                /* row type */
+    int n_layers, kv_dim;    /* kv_dim = Hkv * D elements per row */
+    size_t row_bytes;
+    int n_pos;               /* committed cache indices 0 .. n_pos-1 */
+    int capacity;            /* most cache indices it can hold */
+    int max_chunk;           /* most rows one reserve may ask for */
+    bool rope_on_read;       /* K stored before RoPE (streaming) */
+    int64_t evicted;         /* tokens dropped so far (streaming) */
+    int64_t total_tokens;    /* tokens ever committed */
+};
+
+static inline kvant_code kv_reserve(kv_store *s, int n, kvant_status *st) { return s->ops->reserve(s, n, st); }
+static inline void kv_row(kv_store *s, int layer, int pos, uint8_t **k, uint8_t **v) { s->ops->row(s, layer, pos, k, v); }
+static inline void kv_view(kv_store *s, int layer, int n_pos, kern_kv_view *out) { s->ops->view(s, layer, n_pos, out); }
+static inline void kv_commit(kv_store *s, const int32_t *tokens, int n) { s->ops->commit(s, tokens, n); }
+static inline void kv_clear(kv_store *s) { s->ops->clear(s); }
+static inline void kv_free(kv_store *s) { if (s) s->ops->destroy(s); }
+
+static inline int kv_prefix_match_tokens(kv_store *s, const int32_t *tokens, int n) {
+    return s->ops->prefix_match ? s->ops->prefix_match(s, tokens, n) : 0;
+}
+
+/* bytes of one cached token (all layers, K and V) and of the rows in use */
+static inline size_t kv_bytes_per_token(const kv_store *s) { return 2 * (size_t)s->n_layers * s->row_bytes; }
+static inline size_t kv_bytes_used(const kv_store *s) { return kv_bytes_per_token(s) * (size_t)s->n_pos; }
+
+/* Row types a cache can hold: KT_F32, KT_F16, KT_Q8_0 (kv_dim % 32 == 0). */
+kvant_code kv_check_type(int type, int kv_dim, kvant_status *st);
+
+kv_store *kv_contiguous_new(int n_layers, int n_ctx, int kv_dim, int type, kvant_status *st);
+kv_store *kv_streaming_new(int n_layers, int n_sink, int n_window, int kv_dim, int type, kvant_status *st);
+/* bytes the store reserved up front (contiguous, streaming) */
+size_t kv_reserved_bytes(const kv_store *s);
+
+/* A sequence in a paged pool (kv/paged.h) as a kv_store; with own_pool the
+ * store frees the pool with itself. */
+struct kv_pool;
+kv_store *kv_paged_store_new(struct kv_pool *pool, bool own_pool, kvant_status *st);
+struct kv_pool *kv_paged_store_pool(kv_store *s);
 
 #endif

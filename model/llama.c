@@ -1,22 +1,30 @@
 /* llama.c - the llama-family forward pass (RMSNorm, RoPE, GQA attention,
  * SwiGLU), for a batch of T tokens of one sequence.  Reads top to bottom
- * like the paper; shapes use the letters defined in model.h. */
+ * like the paper; shapes use the letters defined in model.h.  K/V go
+ * through a kv_store (contiguous, paged or streaming); attention reads
+ * them through a view with the naive or the flash kernel. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attn.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
 
-model_work *model_work_new(const model *m, int max_T, int n_ctx, kvant_status *st) {
+model_work *model_work_new(const model *m, int max_T, int n_ctx, model_attn attn, kvant_status *st) {
     const model_config *c = &m->cfg;
     const int nth = core_pool_size(m->pool);
     const size_t T = (size_t)max_T, qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
     int64_t kmax = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
     if ((int64_t)qd > kmax) kmax = (int64_t)qd;
+    const kern_attn_dims dims = {max_T, c->n_heads, c->n_kv_heads, c->head_dim, 0, 0};
+    const size_t attn_bytes = attn == MODEL_ATTN_NAIVE ? kern_attn_naive_scratch_bytes(&dims, n_ctx)
+                                                       : kern_attn_flash_scratch_bytes(&dims);
     model_work *w = calloc(1, sizeof *w);
     if (!w) goto oom;
     w->max_T = max_T;
     w->n_ctx = n_ctx;
+    w->attn = attn;
     w->x = malloc(T * c->dim * sizeof(float));
     w->xb = malloc(T * (size_t)(c->dim > (int)qd ? c->dim : (int)qd) * sizeof(float));
     w->xb2 = malloc(T * qd * sizeof(float));
@@ -25,9 +33,12 @@ model_work *model_work_new(const model *m, int max_T, int n_ctx, kvant_status *s
     w->v = malloc(T * kvd * sizeof(float));
     w->hb = malloc(T * c->hidden_dim * sizeof(float));
     w->hb2 = malloc(T * c->hidden_dim * sizeof(float));
-    w->scores = malloc((size_t)nth * n_ctx * sizeof(float));
+    w->attn_scratch = malloc((size_t)nth * attn_bytes);
     w->mm = malloc(kern_matmul_scratch_bytes(max_T, kmax));
-    if (!w->x || !w->xb || !w->xb2 || !w->q || !w->k || !w->v || !w->hb || !w->hb2 || !w->scores || !w->mm)
+    w->sink_mass = calloc((size_t)c->n_layers, sizeof(double));
+    w->sink_head = malloc((size_t)c->n_heads * sizeof(float));
+    if (!w->x || !w->xb || !w->xb2 || !w->q || !w->k || !w->v || !w->hb || !w->hb2 || !w->attn_scratch || !w->mm ||
+        !w->sink_mass || !w->sink_head)
         goto oom;
     return w;
 oom:
@@ -39,7 +50,7 @@ oom:
 void model_work_free(model_work *w) {
     if (!w) return;
     free(w->x); free(w->xb); free(w->xb2); free(w->q); free(w->k); free(w->v);
-    free(w->hb); free(w->hb2); free(w->scores); free(w->mm);
+    free(w->hb); free(w->hb2); free(w->attn_scratch); free(w->mm); free(w->sink_mass); free(w->sink_head);
     free(w);
 }
 
@@ -48,8 +59,9 @@ static void matmul(const model *m, model_work *w, const model_mat *W, const floa
     kern_matmul(m->pool, w->mm, W->data, W->type, x, y, T, W->rows, W->cols);
 }
 
-/* one chunk of T <= max_T tokens at positions pos0 .. pos0+T-1 */
-static void forward_chunk(const model *m, model_work *w, kv_cache *kv, const int32_t *tokens, int T,
+/* one chunk of T <= max_T tokens at cache indices pos0 .. pos0+T-1 (room
+ * already reserved) */
+static void forward_chunk(const model *m, model_work *w, kv_store *kv, const int32_t *tokens, int T,
                           float *logits, bool all_logits) {
     const model_config *c = &m->cfg;
     const int C = c->dim, F = c->hidden_dim, D = c->head_dim;
@@ -58,6 +70,7 @@ static void forward_chunk(const model *m, model_work *w, kv_cache *kv, const int
     const kern_type_traits *et = kern_type_get(m->tok_embd.type);
     const size_t erow = kern_row_bytes(m->tok_embd.type, C);
     const kern_rope_params rope = {c->rope_dim, c->rope_base, c->rope_neox};
+    const kern_from_float_fn to_row = kern_ops(kv->type)->from_float; /* float K/V row -> cache type */
 
     /* token embeddings: x[t] = E[token_t] */
     for (int t = 0; t < T; t++)
@@ -72,15 +85,26 @@ static void forward_chunk(const model *m, model_work *w, kv_cache *kv, const int
         matmul(m, w, &L->wq, w->xb, w->q, T);   /* (T, H*D)   */
         matmul(m, w, &L->wk, w->xb, w->k, T);   /* (T, Hkv*D) */
         matmul(m, w, &L->wv, w->xb, w->v, T);   /* (T, Hkv*D) */
-        float *kc = kv_k(kv, l), *vc = kv_v(kv, l);
         for (int t = 0; t < T; t++) {
             kern_rope(w->q + (size_t)t * QD, c->n_heads, D, pos0 + t, &rope);
-            kern_rope(w->k + (size_t)t * KVD, c->n_kv_heads, D, pos0 + t, &rope);
-            memcpy(kc + (size_t)(pos0 + t) * KVD, w->k + (size_t)t * KVD, (size_t)KVD * sizeof(float));
-            memcpy(vc + (size_t)(pos0 + t) * KVD, w->v + (size_t)t * KVD, (size_t)KVD * sizeof(float));
+            if (!kv->rope_on_read) kern_rope(w->k + (size_t)t * KVD, c->n_kv_heads, D, pos0 + t, &rope);
+            uint8_t *krow, *vrow;
+            kv_row(kv, l, pos0 + t, &krow, &vrow);
+            to_row(w->k + (size_t)t * KVD, krow, KVD);
+            to_row(w->v + (size_t)t * KVD, vrow, KVD);
         }
-        const kern_attn_shape as = {T, c->n_heads, c->n_kv_heads, D, pos0, KVD};
-        kern_attention(m->pool, w->scores, w->q, kc, vc, w->xb2, &as);
+        kern_kv_view view;
+        kv_view(kv, l, pos0 + T, &view);
+        if (kv->rope_on_read) view.rope_k = &rope;
+        const kern_attn_dims dims = {T, c->n_heads, c->n_kv_heads, D, pos0, 0};
+        if (w->attn == MODEL_ATTN_FLASH) {
+            kern_attn_flash(m->pool, w->attn_scratch, w->q, &view, w->xb2, &dims);
+        } else {
+            kern_attn_naive(m->pool, w->attn_scratch, w->q, &view, w->xb2, &dims, w->sink_n ? w->sink_head : NULL,
+                            w->sink_n);
+            if (w->sink_n)
+                for (int h = 0; h < c->n_heads; h++) w->sink_mass[l] += w->sink_head[h];
+        }
         matmul(m, w, &L->wo, w->xb2, w->xb, T);  /* (T, C) */
         for (size_t i = 0; i < (size_t)T * C; i++) w->x[i] += w->xb[i];
 
@@ -93,7 +117,8 @@ static void forward_chunk(const model *m, model_work *w, kv_cache *kv, const int
         matmul(m, w, &L->w_down, w->hb, w->xb, T);  /* (T, C) */
         for (size_t i = 0; i < (size_t)T * C; i++) w->x[i] += w->xb[i];
     }
-    kv->n_pos = pos0 + T;
+    if (w->sink_n) w->sink_queries += (int64_t)T * c->n_heads;
+    kv_commit(kv, tokens, T);
 
     if (!logits) return;
     /* final norm and classifier: all rows, or only the last one */
@@ -103,18 +128,21 @@ static void forward_chunk(const model *m, model_work *w, kv_cache *kv, const int
     matmul(m, w, &m->output, w->xb, logits, nrows);  /* (nrows, V) */
 }
 
-kvant_code model_forward(const model *m, model_work *w, kv_cache *kv, const int32_t *tokens, int n,
+kvant_code model_forward(const model *m, model_work *w, kv_store *kv, const int32_t *tokens, int n,
                          float *logits, bool all_logits, kvant_status *st) {
     const model_config *c = &m->cfg;
     if (n <= 0) return core_fail(st, KVANT_ERR_ARG, "forward: empty batch");
-    if ((int64_t)kv->n_pos + n > kv->n_ctx || (int64_t)kv->n_pos + n > w->n_ctx)
-        return core_fail(st, KVANT_ERR_FULL, "context full: %d cached + %d new tokens > %d positions", kv->n_pos, n,
-                         kv->n_ctx < w->n_ctx ? kv->n_ctx : w->n_ctx);
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
             return core_fail(st, KVANT_ERR_ARG, "token id %d out of range [0, %d)", tokens[i], c->vocab_size);
+    const int chunk = w->max_T < kv->max_chunk ? w->max_T : kv->max_chunk;
     for (int done = 0; done < n;) {
-        const int T = n - done < w->max_T ? n - done : w->max_T;
+        const int T = n - done < chunk ? n - done : chunk;
+        kvant_code rc = kv_reserve(kv, T, st);
+        if (rc) return rc;
+        if (kv->n_pos + T > w->n_ctx)
+            return core_fail(st, KVANT_ERR_FULL, "context full: %d cached + %d new tokens > %d positions", kv->n_pos,
+                             T, w->n_ctx);
         const bool last = done + T == n;
         float *out = NULL;
         if (logits && all_logits) out = logits + (size_t)done * c->vocab_size;

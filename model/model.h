@@ -1,6 +1,6 @@
 /* model/ - a llama-family model: config + weights (views into the mmap'd
  * file) + tokenizer, and its forward pass.  A model is immutable after
- * loading; everything a sequence changes lives in kv_cache and model_work.
+ * loading; everything a sequence changes lives in its kv_store and model_work.
  *
  * Dimension letters: T tokens in the batch, C = dim, F = hidden (FFN),
  * H / Hkv query / KV heads, D head dim, V vocabulary. */
@@ -84,27 +84,41 @@ kvant_code model_load_llama2c(model *m, const char *path, const char *tokenizer_
 kvant_code model_check_config(const model_config *c, const char *path, kvant_status *st);
 
 /* ---- forward ----------------------------------------------------------------
- * Work buffers for batches of up to max_T tokens and contexts up to n_ctx;
- * allocated once per sequence, nothing is allocated per token. */
+ * Work buffers for batches of up to max_T tokens attending to up to n_ctx
+ * cached positions; allocated once per sequence, nothing is allocated per
+ * token. */
+typedef enum { MODEL_ATTN_FLASH, MODEL_ATTN_NAIVE } model_attn;
+
 typedef struct {
     int max_T, n_ctx;
+    model_attn attn;
     float *x;       /* (max_T, C) residual stream */
-    float *xb;      /* (max_T, C) */
+    float *xb;      /* (max_T, max(C, H*D)) */
     float *xb2;     /* (max_T, H*D) attention output */
     float *q;       /* (max_T, H*D) */
     float *k, *v;   /* (max_T, Hkv*D) */
     float *hb, *hb2;/* (max_T, F) */
-    float *scores;  /* (threads, n_ctx) */
+    void *attn_scratch;
     void *mm;       /* matmul scratch: quantized activations */
+    /* attention-sink statistics (naive attention only): when sink_n > 0,
+     * sink_mass[layer] accumulates the probability mass all heads of all
+     * queries put on cache indices 0 .. sink_n-1, sink_queries counts the
+     * (query, head) pairs summed */
+    int sink_n;
+    double *sink_mass;
+    int64_t sink_queries;
+    float *sink_head;   /* (H) scratch */
 } model_work;
 
-model_work *model_work_new(const model *m, int max_T, int n_ctx, kvant_status *st);
+model_work *model_work_new(const model *m, int max_T, int n_ctx, model_attn attn, kvant_status *st);
 void model_work_free(model_work *w);
 
-/* Runs tokens[0..n) at positions kv->n_pos .. kv->n_pos + n as one batch
- * (split in chunks of w->max_T), appends their K/V to kv.  logits: NULL,
- * [n][V] if all_logits, else [V] for the last token. */
-kvant_code model_forward(const model *m, model_work *w, kv_cache *kv, const int32_t *tokens, int n,
+/* Runs tokens[0..n) as the next positions of the sequence whose cache is
+ * kv, as one batch (in chunks of at most w->max_T and kv->max_chunk rows),
+ * appending their K/V.  logits: NULL, [n][V] if all_logits, else [V] for
+ * the last token.  KVANT_ERR_FULL when the cache cannot take the tokens
+ * (nothing of that chunk is kept). */
+kvant_code model_forward(const model *m, model_work *w, kv_store *kv, const int32_t *tokens, int n,
                          float *logits, bool all_logits, kvant_status *st);
 
 /* ---- synthetic models (model/synth.c) ---------------------------------------- */
@@ -122,6 +136,7 @@ typedef struct {
     uint64_t seed;
     int n_threads;
     bool quiet;
+    int n_ctx;              /* > 0: context length to declare instead of the shape's */
 } model_synth_params;
 
 const model_synth_shape *model_synth_shapes(int *n);

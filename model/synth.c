@@ -120,7 +120,7 @@ kvant_code model_synth(const model_synth_params *p, kvant_status *st) {
     gguf_writer_add_u64(w, "kvant.synthetic.seed", p->seed);
     gguf_writer_add_u32(w, "general.quantization_version", 2);
     gguf_writer_add_u32(w, "general.file_type", (uint32_t)ft->ftype);
-    gguf_writer_add_u32(w, "llama.context_length", (uint32_t)sh->n_ctx);
+    gguf_writer_add_u32(w, "llama.context_length", (uint32_t)(p->n_ctx > 0 ? p->n_ctx : sh->n_ctx));
     gguf_writer_add_u32(w, "llama.embedding_length", (uint32_t)C);
     gguf_writer_add_u32(w, "llama.block_count", (uint32_t)L);
     gguf_writer_add_u32(w, "llama.feed_forward_length", (uint32_t)F);

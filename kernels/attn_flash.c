@@ -1,0 +1,402 @@
+/* attn_flash.c - FlashAttention-2 style attention over a KV view
+ * (kernels/attn.h): K/V in tiles, online softmax, never a T x P matrix.
+ *
+ * Letters: T queries, H query heads, Hkv KV heads, G = H / Hkv query heads
+ * per KV head, D head dim, Dp = D rounded up to 8, P positions.
+ *
+ *   q    [T][H][D]   floats, already rotated
+ *   out  [T][H][D]
+ *
+ * Work unit = (KV head hk, block of Tq consecutive queries).  Its R = Tq*G
+ * query rows (row r = (t - t0)*G + g is query t, head hk*G + g) share every
+ * K/V tile, so a tile is read, dequantized and (rope_k) rotated once per
+ * unit, not once per query head.  Per unit, in one thread's scratch:
+ *
+ *   Qs  [R][D]     q * log2(e)/sqrt(D)  (scores come out in log2 units)
+ *   kp, vp [TP]    the tile's K / V rows: pointers into the cache (F32), or
+ *                  into Kd [TP][D] / Vs [TP][Dp] where rows are dequantized
+ *                  (F16, Q8_0), rotated (rope_k) or padded (D % 8 != 0)
+ *   Kt  [D][TP]    the tile's K rows, transposed (TP = tile rounded up to 8)
+ *   S   [R][TP]    the tile's scores, then its probabilities (unnormalized)
+ *   A   [R][Dp]    output accumulators;  m[R] running max, l[R] running sum
+ *
+ * For each tile [p0, p0 + n) up to the last position of the block's last
+ * query (later tiles are never touched):  S = Qs . Kt; per row, m' =
+ * max(m, max S over the row's causal part), A and l scaled by 2^(m - m')
+ * when the max grew, S = 2^(S - m') (0 past the row's last position),
+ * l += sum S;  then A += S . V.  At the end out = A / l.
+ *
+ * Rows whose query comes before the tile (q_pos0 + t < p0) skip it.  The
+ * last tile is cut at q_pos0 + t1 (t1: one past the block's last query), so
+ * nothing at or past n_pos is read.  Units are handed out through an atomic
+ * counter, costliest (latest queries) first; each output row is computed by
+ * one thread in a fixed order, so results do not depend on thread count.
+ *
+ * The inner loops come from an attn_flash_ops table (kernels/attn_flash.h):
+ * the portable C one below, written so gcc vectorizes it, or the AVX2 one
+ * (kernels/attn_flash_avx2.c) when the active kernel tier is avx2 or above. */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "kernels/attn.h"
+#include "kernels/attn_flash.h"
+#include "kernels/quants.h"
+
+#define FLASH_TILE_DEFAULT 64
+#define FLASH_ROWS 128 /* query rows per unit to aim for (Tq = FLASH_ROWS / G) */
+
+/* ---- portable C inner loops ----------------------------------------------
+ * Written with GNU C vector types of 4 floats (one SSE register on baseline
+ * x86-64, one NEON register on arm64), because gcc -O3 on the plain triple
+ * loop vectorizes the wrong loop.  Blocks of 4 rows x 8 columns: 8
+ * accumulators, each K / V load feeding 4 multiply-adds. */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+static inline v4f ld4(const float *p) { v4f v; memcpy(&v, p, sizeof v); return v; }
+static inline void st4(float *p, v4f v) { memcpy(p, &v, sizeof v); }
+
+static void scores_c(int R, int D, int nc, const float *Q, int ldq, const float *Kt, int ldk, float *S, int lds) {
+    int r = 0;
+    for (; r + 4 <= R; r += 4) {
+        const float *q0 = Q + (size_t)r * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq;
+        float *s0 = S + (size_t)r * lds, *s1 = s0 + lds, *s2 = s1 + lds, *s3 = s2 + lds;
+        for (int j = 0; j < nc; j += 8) {
+            v4f a0 = {0}, b0 = {0}, a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};
+            const float *k = Kt + j;
+            for (int d = 0; d < D; d++, k += ldk) {
+                const v4f k0 = ld4(k), k1 = ld4(k + 4);
+                a0 += q0[d] * k0; b0 += q0[d] * k1;
+                a1 += q1[d] * k0; b1 += q1[d] * k1;
+                a2 += q2[d] * k0; b2 += q2[d] * k1;
+                a3 += q3[d] * k0; b3 += q3[d] * k1;
+            }
+            st4(s0 + j, a0); st4(s0 + j + 4, b0); st4(s1 + j, a1); st4(s1 + j + 4, b1);
+            st4(s2 + j, a2); st4(s2 + j + 4, b2); st4(s3 + j, a3); st4(s3 + j + 4, b3);
+        }
+    }
+    for (; r < R; r++) {
+        const float *q0 = Q + (size_t)r * ldq;
+        float *s0 = S + (size_t)r * lds;
+        for (int j = 0; j < nc; j += 8) {
+            v4f a0 = {0}, b0 = {0};
+            const float *k = Kt + j;
+            for (int d = 0; d < D; d++, k += ldk) {
+                a0 += q0[d] * ld4(k);
+                b0 += q0[d] * ld4(k + 4);
+            }
+            st4(s0 + j, a0); st4(s0 + j + 4, b0);
+        }
+    }
+}
+
+static void pv_c(int R, int Dp, int n, const float *P, int ldp, const float *const *V, float *A, int lda) {
+    int r = 0;
+    for (; r + 4 <= R; r += 4) {
+        const float *p0 = P + (size_t)r * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
+        float *o0 = A + (size_t)r * lda, *o1 = o0 + lda, *o2 = o1 + lda, *o3 = o2 + lda;
+        for (int c = 0; c < Dp; c += 8) {
+            v4f a0 = ld4(o0 + c), b0 = ld4(o0 + c + 4), a1 = ld4(o1 + c), b1 = ld4(o1 + c + 4);
+            v4f a2 = ld4(o2 + c), b2 = ld4(o2 + c + 4), a3 = ld4(o3 + c), b3 = ld4(o3 + c + 4);
+            for (int j = 0; j < n; j++) {
+                const v4f v0 = ld4(V[j] + c), v1 = ld4(V[j] + c + 4);
+                a0 += p0[j] * v0; b0 += p0[j] * v1;
+                a1 += p1[j] * v0; b1 += p1[j] * v1;
+                a2 += p2[j] * v0; b2 += p2[j] * v1;
+                a3 += p3[j] * v0; b3 += p3[j] * v1;
+            }
+            st4(o0 + c, a0); st4(o0 + c + 4, b0); st4(o1 + c, a1); st4(o1 + c + 4, b1);
+            st4(o2 + c, a2); st4(o2 + c + 4, b2); st4(o3 + c, a3); st4(o3 + c + 4, b3);
+        }
+    }
+    for (; r < R; r++) {
+        const float *p0 = P + (size_t)r * ldp;
+        float *o0 = A + (size_t)r * lda;
+        for (int c = 0; c < Dp; c += 8) {
+            v4f a0 = ld4(o0 + c), b0 = ld4(o0 + c + 4);
+            for (int j = 0; j < n; j++) {
+                a0 += p0[j] * ld4(V[j] + c);
+                b0 += p0[j] * ld4(V[j] + c + 4);
+            }
+            st4(o0 + c, a0); st4(o0 + c + 4, b0);
+        }
+    }
+}
+
+static void kt_load_c(const float *const *K, int n, int nc, int D, float *Kt, int ldk) {
+    for (int d = 0; d < D; d++) {
+        float *kt = Kt + (size_t)d * ldk;
+        for (int j = 0; j < n; j++) kt[j] = K[j][d];
+        for (int j = n; j < nc; j++) kt[j] = 0.0f;
+    }
+}
+
+static float row_max_c(const float *s, int n) {
+    float m = s[0];
+    for (int j = 1; j < n; j++) m = s[j] > m ? s[j] : m;
+    return m;
+}
+
+/* 2^x for x clamped to [-127, 0] (Cephes exp2f: |relative error| < 2e-7;
+ * x <= -126.5 gives 0; NaN gives 0 too) */
+static inline v4f exp2_c(v4f x) {
+    const v4f lo = {-127, -127, -127, -127}, zero = {0};
+    const v4i above = x > lo;                              /* false for NaN */
+    x = (v4f)((above & (v4i)x) | (~above & (v4i)lo));      /* max(x, -127) */
+    x = (v4f)((v4i)(x < zero) & (v4i)x);                   /* min(x, 0) */
+    const v4f magic = zero + 12582912.0f;                  /* 1.5 * 2^23 */
+    const v4f n = (x + magic) - magic;                     /* round to nearest */
+    const v4f f = x - n;                                   /* [-0.5, 0.5] */
+    v4f p = zero + 1.535336188319500e-4f;
+    p = p * f + 1.339887440266574e-3f;
+    p = p * f + 9.618437357674640e-3f;
+    p = p * f + 5.550332471162809e-2f;
+    p = p * f + 2.402264791363012e-1f;
+    p = p * f + 6.931472028550421e-1f;
+    p = p * f + 1.0f;
+    const v4i e = (__builtin_convertvector(n, v4i) + 127) << 23; /* 2^n; n = -127 gives 0 */
+    return p * (v4f)e;
+}
+
+static float row_exp2_c(float *s, int nv, int nc, float m) {
+    const v4i lane = {0, 1, 2, 3};
+    v4f sum = {0};
+    for (int j = 0; j < nc; j += 4) {
+        const v4i keep = lane < nv - j; /* lanes j + i < nv */
+        const v4f e = (v4f)((v4i)exp2_c(ld4(s + j) - m) & keep);
+        st4(s + j, e);
+        sum += e;
+    }
+    return (sum[0] + sum[1]) + (sum[2] + sum[3]);
+}
+
+static void row_scale_c(float *a, int n, float c) {
+    for (int i = 0; i < n; i++) a[i] *= c;
+}
+
+static void f16_to_f32_c(const uint16_t *x, float *y, int n) {
+    for (int i = 0; i < n; i++) y[i] = kern_fp16_to_fp32(x[i]);
+}
+
+const attn_flash_ops attn_flash_ops_c = {scores_c, pv_c, kt_load_c, row_max_c, row_exp2_c, row_scale_c, f16_to_f32_c};
+
+/* ---- scratch layout ------------------------------------------------------ */
+static int round8(int n) { return (n + 7) & ~7; }
+static size_t pad16(size_t n) { return (n + 15) & ~(size_t)15; } /* floats: 64-byte slices */
+
+typedef struct {
+    int G, Tq, R, tile, TP, Dp; /* R = Tq * G rows per unit */
+    size_t qs, kt, kd, vs, s, a, m, l, kp, vp, freq, total; /* offsets in floats */
+} flash_layout;
+
+static flash_layout layout(const kern_attn_dims *d) {
+    flash_layout L;
+    L.G = d->H / d->Hkv;
+    L.Tq = FLASH_ROWS / L.G > 1 ? FLASH_ROWS / L.G : 1;
+    if (L.Tq > d->T) L.Tq = d->T > 0 ? d->T : 1;
+    L.R = L.Tq * L.G;
+    L.tile = d->tile > 0 ? d->tile : FLASH_TILE_DEFAULT;
+    L.TP = round8(L.tile);
+    L.Dp = round8(d->D);
+    size_t o = 0;
+    L.qs = o; o += pad16((size_t)L.R * d->D);
+    L.kt = o; o += pad16((size_t)d->D * L.TP);
+    L.kd = o; o += pad16((size_t)L.TP * d->D);
+    L.vs = o; o += pad16((size_t)L.TP * L.Dp);
+    L.s = o; o += pad16((size_t)L.R * L.TP);
+    L.a = o; o += pad16((size_t)L.R * L.Dp);
+    L.m = o; o += pad16((size_t)L.R);
+    L.l = o; o += pad16((size_t)L.R);
+    L.kp = o; o += pad16((size_t)L.TP * (sizeof(void *) / sizeof(float)));
+    L.vp = o; o += pad16((size_t)L.TP * (sizeof(void *) / sizeof(float)));
+    L.freq = o; o += pad16((size_t)d->D / 2 + 1);
+    L.total = o;
+    return L;
+}
+
+size_t kern_attn_flash_scratch_bytes(const kern_attn_dims *d) {
+    CORE_ASSERT(d->Hkv > 0 && d->H % d->Hkv == 0);
+    return layout(d).total * sizeof(float) + 64;
+}
+
+/* ---- the kernel ------------------------------------------------------------ */
+typedef struct {
+    const float *q;
+    const kern_kv_view *kv;
+    float *out;
+    const kern_attn_dims *d;
+    const attn_flash_ops *ops;
+    flash_layout L;
+    uint8_t *scratch;
+    size_t per_thread;
+    bool direct_k, direct_v; /* F32 rows used in place (no copy) */
+    int n_units, n_qb;
+    _Atomic int next;
+} flash_job;
+
+static const uint8_t *view_row(const kern_kv_view *v, const uint8_t *base, int p) {
+    const int blk = p / v->block_size, slot = p % v->block_size;
+    const int64_t b = v->block_table ? v->block_table[blk] : blk;
+    return base + (size_t)b * v->block_stride + (size_t)slot * v->row_bytes;
+}
+
+/* dst[D] = head hk of a row (F32, F16 or Q8_0) as floats */
+static void read_head(const flash_job *j, const uint8_t *row, int hk, float *dst) {
+    const int D = j->d->D;
+    const int64_t e0 = (int64_t)hk * D;
+    switch (j->kv->type) {
+    case KT_F32: memcpy(dst, row + e0 * 4, (size_t)D * 4); break;
+    case KT_F16: j->ops->f16_to_f32((const uint16_t *)(row + e0 * 2), dst, D); break;
+    default: /* KT_Q8_0: whole blocks where the head covers them */
+        for (int d = 0; d < D;) {
+            const int64_t e = e0 + d;
+            const block_q8_0 *b = (const block_q8_0 *)(row + (size_t)(e / QK8_0) * sizeof(block_q8_0));
+            const float s = kern_fp16_to_fp32(b->d);
+            const int i0 = (int)(e % QK8_0), n = QK8_0 - i0 < D - d ? QK8_0 - i0 : D - d;
+            for (int i = 0; i < n; i++) dst[d + i] = (float)b->qs[i0 + i] * s;
+            d += n;
+        }
+    }
+}
+
+/* kern_rope on one head with the pair frequencies precomputed (same values) */
+static void rope_head(float *x, int pos, const kern_rope_params *p, const float *freq) {
+    const int half = p->rope_dim / 2;
+    for (int i = 0; i < half; i++) {
+        const float a = (float)pos * freq[i], c = cosf(a), s = sinf(a);
+        const int i0 = p->neox ? i : 2 * i, i1 = p->neox ? i + half : 2 * i + 1;
+        const float x0 = x[i0], x1 = x[i1];
+        x[i0] = x0 * c - x1 * s;
+        x[i1] = x0 * s + x1 * c;
+    }
+}
+
+/* Kt[d][jj] = K row p0+jj (rotated when rope_k) for jj < n, 0 up to nc;
+ * vp[jj] = V row p0+jj: in place for F32 rows (D a multiple of 8), else
+ * dequantized into Vs and zero-padded to Dp */
+static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int nc) {
+    const flash_layout *L = &j->L;
+    const int D = j->d->D, Dp = L->Dp;
+    const kern_kv_view *kv = j->kv;
+    const float **kp = (const float **)(sc + L->kp), **vp = (const float **)(sc + L->vp);
+    const size_t e0 = (size_t)hk * D * sizeof(float);
+    for (int jj = 0; jj < n; jj++) {
+        const int p = p0 + jj;
+        const uint8_t *kr = view_row(kv, kv->k_base, p), *vr = view_row(kv, kv->v_base, p);
+        if (j->direct_k) kp[jj] = (const float *)(kr + e0);
+        else {
+            float *k = sc + L->kd + (size_t)jj * D;
+            read_head(j, kr, hk, k);
+            if (kv->rope_k) rope_head(k, p, kv->rope_k, sc + L->freq);
+            kp[jj] = k;
+        }
+        if (j->direct_v) vp[jj] = (const float *)(vr + e0);
+        else {
+            float *v = sc + L->vs + (size_t)jj * Dp;
+            read_head(j, vr, hk, v);
+            for (int d = D; d < Dp; d++) v[d] = 0.0f;
+            vp[jj] = v;
+        }
+    }
+    j->ops->kt_load(kp, n, nc, D, sc + L->kt, L->TP);
+}
+
+static void flash_unit(const flash_job *j, float *sc, int u) {
+    const kern_attn_dims *dm = j->d;
+    const flash_layout *L = &j->L;
+    const attn_flash_ops *ops = j->ops;
+    const int G = L->G, D = dm->D, Dp = L->Dp, TP = L->TP, H = dm->H;
+    const int qb = j->n_qb - 1 - u / dm->Hkv, hk = u % dm->Hkv; /* latest queries first */
+    const int t0 = qb * L->Tq, t1 = t0 + L->Tq < dm->T ? t0 + L->Tq : dm->T;
+    const int R = (t1 - t0) * G;
+    float *Qs = sc + L->qs, *S = sc + L->s, *A = sc + L->a, *m = sc + L->m, *l = sc + L->l;
+
+    const float qscale = 1.4426950408889634f / sqrtf((float)D); /* log2(e) / sqrt(D) */
+    for (int t = t0; t < t1; t++)
+        for (int g = 0; g < G; g++) {
+            const int r = (t - t0) * G + g;
+            const float *qr = j->q + ((size_t)t * H + (size_t)hk * G + g) * D;
+            for (int d = 0; d < D; d++) Qs[(size_t)r * D + d] = qr[d] * qscale;
+            for (int d = 0; d < Dp; d++) A[(size_t)r * Dp + d] = 0.0f;
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+        }
+
+    const int p_end = dm->q_pos0 + t1; /* positions 0 .. p_end-1 are needed */
+    for (int p0 = 0; p0 < p_end; p0 += L->tile) {
+        const int n = p_end - p0 < L->tile ? p_end - p0 : L->tile, nc = round8(n);
+        load_tile(j, sc, hk, p0, n, nc);
+        /* rows whose query sees p0: q_pos0 + t >= p0 (a suffix of the rows) */
+        const int t_first = p0 - dm->q_pos0 > t0 ? p0 - dm->q_pos0 : t0;
+        const int r0 = (t_first - t0) * G;
+        ops->scores(R - r0, D, nc, Qs + (size_t)r0 * D, D, sc + L->kt, TP, S + (size_t)r0 * TP, TP);
+        for (int r = r0; r < R; r++) {
+            const int t = t0 + r / G;
+            const int nv = dm->q_pos0 + t - p0 + 1 < n ? dm->q_pos0 + t - p0 + 1 : n; /* causal part */
+            float *sr = S + (size_t)r * TP;
+            const float mx = ops->row_max(sr, nv);
+            if (m[r] == -INFINITY) m[r] = mx; /* first tile: A and l are still 0 */
+            else if (mx > m[r]) {             /* the max grew: rescale what was summed so far */
+                const float c = exp2f(m[r] - mx);
+                l[r] *= c;
+                ops->row_scale(A + (size_t)r * Dp, Dp, c);
+                m[r] = mx;
+            }
+            l[r] += ops->row_exp2(sr, nv, nc, m[r]);
+        }
+        ops->pv(R - r0, Dp, n, S + (size_t)r0 * TP, TP, (const float *const *)(sc + L->vp), A + (size_t)r0 * Dp, Dp);
+    }
+
+    for (int t = t0; t < t1; t++)
+        for (int g = 0; g < G; g++) {
+            const int r = (t - t0) * G + g;
+            const float inv = 1.0f / l[r];
+            float *o = j->out + ((size_t)t * H + (size_t)hk * G + g) * D;
+            for (int d = 0; d < D; d++) o[d] = A[(size_t)r * Dp + d] * inv;
+        }
+}
+
+static void flash_task(void *ctx, int ith, int nth) {
+    flash_job *j = ctx;
+    const uintptr_t base = (uintptr_t)(j->scratch + (size_t)ith * j->per_thread);
+    float *sc = (float *)((base + 63) & ~(uintptr_t)63);
+    const kern_rope_params *rp = j->kv->rope_k;
+    if (rp)
+        for (int i = 0; i < rp->rope_dim / 2; i++)
+            sc[j->L.freq + i] = 1.0f / powf(rp->base, (float)(2 * i) / (float)rp->rope_dim);
+    for (int u; (u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_units;)
+        flash_unit(j, sc, u);
+}
+
+static const attn_flash_ops *pick_ops(void) {
+#if defined(__x86_64__)
+    if (kern_active_tier() >= KERN_TIER_AVX2) return &attn_flash_ops_avx2;
+#endif
+    return &attn_flash_ops_c;
+}
+
+void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_kv_view *kv, float *out,
+                     const kern_attn_dims *d) {
+    CORE_ASSERT(d->T >= 0 && d->H > 0 && d->Hkv > 0 && d->H % d->Hkv == 0 && d->D > 0 && d->q_pos0 >= 0);
+    CORE_ASSERT(d->q_pos0 + d->T <= kv->n_pos && kv->block_size > 0 && d->tile >= 0);
+    CORE_ASSERT(kv->type == KT_F32 || kv->type == KT_F16 || kv->type == KT_Q8_0);
+    const size_t rb = kern_row_bytes(kv->type, (int64_t)d->Hkv * d->D); /* 0: Q8_0 row not whole blocks */
+    const size_t al = kv->type == KT_F32 ? 4 : 2; /* rows aligned to their element / block scale */
+    CORE_ASSERT(rb > 0 && kv->row_bytes >= rb);
+    CORE_ASSERT((uintptr_t)kv->k_base % al == 0 && (uintptr_t)kv->v_base % al == 0 && kv->block_stride % al == 0 &&
+                kv->row_bytes % al == 0);
+    CORE_ASSERT(!kv->rope_k || (kv->rope_k->rope_dim % 2 == 0 && kv->rope_k->rope_dim <= d->D));
+    if (d->T == 0) return;
+    flash_job j = {.q = q, .kv = kv, .out = out, .d = d, .ops = pick_ops(), .L = layout(d),
+                   .scratch = scratch, .per_thread = kern_attn_flash_scratch_bytes(d)};
+    /* F32 rows are read in place (V when D % 8 == 0: the V loops read Dp =
+     * D rounded up to 8 floats per row) */
+    j.direct_k = kv->type == KT_F32 && !kv->rope_k;
+    j.direct_v = kv->type == KT_F32 && d->D % 8 == 0;
+    j.n_qb = (d->T + j.L.Tq - 1) / j.L.Tq;
+    j.n_units = j.n_qb * d->Hkv;
+    atomic_init(&j.next, 0);
+    const double work = (double)d->T * d->H * d->D * (d->q_pos0 + d->T);
+    if (work < KERN_MT_MIN_WORK) flash_task(&j, 0, 1);
+    else core_pool_run(pool, flash_task, &j);
+}

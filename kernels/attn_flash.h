@@ -1,0 +1,40 @@
+/* kernels/attn_flash.h - private to kernels/attn_flash*.c: the inner loops of
+ * kern_attn_flash, one table per ISA.  attn_flash.c has the portable C
+ * table (always available, the one tested at tiers ref and scalar);
+ * attn_flash_avx2.c has the AVX2 + FMA + F16C one, used when the active
+ * kernel tier is avx2 or above.
+ *
+ * Letters: R query rows of a block, D head dim, Dp = D rounded up to 8,
+ * n positions in a tile, nc = n rounded up to 8.  ld* are row strides in
+ * floats, multiples of 8; scratch pointers are 32-byte aligned; row
+ * pointers (K[j], V[j]: D or Dp floats, maybe straight from the cache)
+ * need only float alignment. */
+#ifndef KVANT_KERNELS_ATTN_FLASH_H
+#define KVANT_KERNELS_ATTN_FLASH_H
+
+#include <stdint.h>
+
+typedef struct {
+    /* S[r][j] = sum_d Q[r][d] * Kt[d][j]   r < R, j < nc   (Kt: K transposed) */
+    void (*scores)(int R, int D, int nc, const float *Q, int ldq, const float *Kt, int ldk, float *S, int lds);
+    /* A[r][c] += sum_j P[r][j] * V[j][c]   r < R, c < Dp, j < n  (V[j]: row pointers) */
+    void (*pv)(int R, int Dp, int n, const float *P, int ldp, const float *const *V, float *A, int lda);
+    /* Kt[d][j] = K[j][d] for j < n, 0 for n <= j < nc; d < D  (K[j]: row pointers) */
+    void (*kt_load)(const float *const *K, int n, int nc, int D, float *Kt, int ldk);
+    /* max of s[0..n), n >= 1 */
+    float (*row_max)(const float *s, int n);
+    /* s[j] = 2^(s[j] - m) for j < nv, 0 for nv <= j < nc; returns the sum.
+     * Needs s[j] <= m for j < nv; nc a multiple of 8. */
+    float (*row_exp2)(float *s, int nv, int nc, float m);
+    /* a[0..n) *= c */
+    void (*row_scale)(float *a, int n, float c);
+    /* y[0..n) = IEEE half x[0..n) as floats */
+    void (*f16_to_f32)(const uint16_t *x, float *y, int n);
+} attn_flash_ops;
+
+extern const attn_flash_ops attn_flash_ops_c;
+#if defined(__x86_64__)
+extern const attn_flash_ops attn_flash_ops_avx2; /* needs AVX2, FMA, F16C */
+#endif
+
+#endif

@@ -1,0 +1,206 @@
+/* test_kvcache.c - the cache policies through the whole model (stories260K):
+ * paged == contiguous and flash == naive (logits and greedy text), a
+ * streaming cache that never evicts == contiguous, streaming runs in
+ * constant memory, and F16 / Q8_0 K/V stay close to F32. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "kvant.h"
+
+static kvant_model *g_model;
+enum { N = 96 };
+static int32_t g_ids[N];
+static int g_V;
+
+static int setup(void **state) {
+    (void)state;
+    kvant_status st;
+    kvant_model_params mp = {NULL, 2};
+    g_model = kvant_model_open(shared_path("models/stories260K.gguf"), &mp, &st);
+    if (!g_model) return -1;
+    kvant_model_info in;
+    kvant_model_get_info(g_model, &in);
+    g_V = in.vocab_size;
+    /* a real text prefix: greedy continuation from BOS, computed once */
+    kvant_seq *s = kvant_seq_new(g_model, N, &st);
+    float *lg = malloc(sizeof(float) * g_V);
+    g_ids[0] = 1;
+    for (int i = 0; i + 1 < N; i++) {
+        kvant_forward(s, &g_ids[i], 1, lg, false, &st);
+        int b = 0;
+        for (int v = 1; v < g_V; v++) if (lg[v] > lg[b]) b = v;
+        g_ids[i + 1] = b;
+    }
+    free(lg);
+    kvant_seq_free(s);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    kvant_model_free(g_model);
+    return 0;
+}
+
+/* logits of g_ids: first `batch` tokens as one batch, the rest one by one */
+static float *run(kvant_seq_params p, int batch) {
+    kvant_status st;
+    p.n_ctx = p.n_ctx ? p.n_ctx : N;
+    kvant_seq *s = kvant_seq_new_ex(g_model, &p, &st);
+    if (!s) fail_msg("%s", st.msg);
+    float *lg = malloc(sizeof(float) * g_V * N);
+    assert_int_equal(kvant_forward(s, g_ids, batch, lg, true, &st), KVANT_OK);
+    for (int i = batch; i < N; i++)
+        assert_int_equal(kvant_forward(s, &g_ids[i], 1, lg + (size_t)i * g_V, false, &st), KVANT_OK);
+    kvant_seq_free(s);
+    return lg;
+}
+
+static double max_diff(const float *a, const float *b) {
+    double m = 0;
+    for (int i = 0; i < N * g_V; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+static void test_paged_equals_contiguous(void **state) {
+    (void)state;
+    kvant_seq_params c = kvant_seq_default();
+    c.kv = "contiguous";
+    float *ref = run(c, 40);
+    const int sizes[] = {1, 7, 16, 64};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        kvant_seq_params p = kvant_seq_default();
+        p.kv = "paged";
+        p.block_size = sizes[i];
+        float *lg = run(p, 40);
+        const double d = max_diff(lg, ref);
+        print_message("paged block %2d vs contiguous: max |diff| %.3g\n", sizes[i], d);
+        assert_true(d <= 1e-6);
+        free(lg);
+    }
+    free(ref);
+}
+
+static void test_flash_equals_naive(void **state) {
+    (void)state;
+    kvant_seq_params a = kvant_seq_default(), b = kvant_seq_default();
+    a.attn = "flash";
+    b.attn = "naive";
+    for (int paged = 0; paged <= 1; paged++) {
+        a.kv = b.kv = paged ? "paged" : "contiguous";
+        float *fa = run(a, 50), *na = run(b, 50);
+        /* relative to the logits' scale: max |flash - naive| / max |naive|
+         * (the two kernels round differently, e.g. online vs two-pass
+         * softmax; 5 layers carry those ulps into the logits) */
+        double worst = 0, scale = 0;
+        for (int i = 0; i < N * g_V; i++) {
+            worst = fmax(worst, fabs((double)fa[i] - na[i]));
+            scale = fmax(scale, fabs(na[i]));
+        }
+        print_message("flash vs naive (%s): max |diff| %.3g, relative to max |logit| %.3g\n", a.kv, worst,
+                      worst / scale);
+        assert_true(worst / scale <= 1e-5);
+        free(fa);
+        free(na);
+    }
+}
+
+/* sink + window >= N never evicts: K rotated on read == rotated on write */
+static void test_streaming_without_eviction(void **state) {
+    (void)state;
+    kvant_seq_params c = kvant_seq_default(), s = kvant_seq_default();
+    s.sink = 4;
+    s.window = N;
+    float *ref = run(c, 30), *lg = run(s, 30);
+    const double d = max_diff(lg, ref);
+    print_message("streaming (no eviction) vs contiguous: max |diff| %.3g\n", d);
+    assert_true(d <= 1e-5);
+    free(ref);
+    free(lg);
+}
+
+/* streaming: thousands of tokens through a 4 + 28 cache; memory constant,
+ * positions bounded, logits finite */
+static void test_streaming_constant_memory(void **state) {
+    (void)state;
+    kvant_status st;
+    kvant_seq_params p = kvant_seq_default();
+    p.sink = 4;
+    p.window = 28;
+    kvant_seq *s = kvant_seq_new_ex(g_model, &p, &st);
+    assert_non_null(s);
+    float *lg = malloc(sizeof(float) * g_V);
+    const size_t cap = kvant_seq_kv_capacity_bytes(s);
+    int32_t tok = 1;
+    for (int i = 0; i < 3000; i++) {
+        assert_int_equal(kvant_forward(s, &tok, 1, lg, false, &st), KVANT_OK);
+        assert_true(kvant_seq_pos(s) <= 32);
+        assert_true(isfinite(lg[0]));
+        int b = 0;
+        for (int v = 1; v < g_V; v++) if (lg[v] > lg[b]) b = v;
+        tok = b;
+    }
+    assert_int_equal(kvant_seq_pos(s), 32);
+    assert_int_equal(kvant_seq_evicted(s), 3000 - 32);
+    assert_int_equal(kvant_seq_kv_capacity_bytes(s), cap);
+    /* a batch longer than the window runs in window-sized chunks */
+    int32_t many[40] = {0};
+    assert_int_equal(kvant_forward(s, many, 40, NULL, false, &st), KVANT_OK);
+    assert_int_equal(kvant_seq_pos(s), 32);
+    free(lg);
+    kvant_seq_free(s);
+}
+
+/* F16 and Q8_0 K/V: KL from F32 and top-1 agreement (figures for the issue) */
+static void test_kv_quantization(void **state) {
+    (void)state;
+    kvant_seq_params p = kvant_seq_default();
+    float *ref = run(p, 48);
+    const char *types[] = {"f16", "q8_0"};
+    const double max_kl[] = {1e-5, 1e-2};
+    for (int t = 0; t < 2; t++) {
+        p.kv_type = types[t];
+        float *lg = run(p, 48);
+        double kl = 0;
+        int same = 0;
+        for (int i = 0; i < N; i++) {
+            const float *a = ref + (size_t)i * g_V, *b = lg + (size_t)i * g_V;
+            double ma = a[0], mb = b[0];
+            int ia = 0, ib = 0;
+            for (int v = 1; v < g_V; v++) {
+                if (a[v] > ma) { ma = a[v]; ia = v; }
+                if (b[v] > mb) { mb = b[v]; ib = v; }
+            }
+            double za = 0, zb = 0;
+            for (int v = 0; v < g_V; v++) { za += exp(a[v] - ma); zb += exp(b[v] - mb); }
+            for (int v = 0; v < g_V; v++) {
+                const double lp = a[v] - ma - log(za), lq = b[v] - mb - log(zb);
+                kl += exp(lp) * (lp - lq);
+            }
+            same += ia == ib;
+        }
+        print_message("KV %s vs f32: mean KL %.3g, top-1 %d/%d\n", types[t], kl / N, same, N);
+        assert_true(kl / N <= max_kl[t]);
+        assert_true(same >= N - 3);
+        free(lg);
+    }
+    p.kv_type = "q4";
+    kvant_status st;
+    assert_null(kvant_seq_new_ex(g_model, &p, &st));
+    assert_int_equal(st.code, KVANT_ERR_ARG);
+    free(ref);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_paged_equals_contiguous),
+        cmocka_unit_test(test_flash_equals_naive),
+        cmocka_unit_test(test_streaming_without_eviction),
+        cmocka_unit_test(test_streaming_constant_memory),
+        cmocka_unit_test(test_kv_quantization),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
