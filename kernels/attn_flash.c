@@ -178,7 +178,16 @@ static void f16_to_f32_c(const uint16_t *x, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] = kern_fp16_to_fp32(x[i]);
 }
 
-const attn_flash_ops attn_flash_ops_c = {scores_c, pv_c, kt_load_c, row_max_c, row_exp2_c, row_scale_c, f16_to_f32_c};
+static void q8_0_to_f32_c(const void *x, float *y, int nb) {
+    const block_q8_0 *b = x;
+    for (int i = 0; i < nb; i++) {
+        const float s = kern_fp16_to_fp32(b[i].d);
+        for (int k = 0; k < QK8_0; k++) y[i * QK8_0 + k] = (float)b[i].qs[k] * s;
+    }
+}
+
+const attn_flash_ops attn_flash_ops_c = {scores_c,    pv_c,         kt_load_c,   row_max_c,
+                                         row_exp2_c,  row_scale_c,  f16_to_f32_c, q8_0_to_f32_c};
 
 /* ---- scratch layout ------------------------------------------------------ */
 static int round8(int n) { return (n + 7) & ~7; }
@@ -247,8 +256,12 @@ static void read_head(const flash_job *j, const uint8_t *row, int hk, float *dst
     switch (j->kv->type) {
     case KT_F32: memcpy(dst, row + e0 * 4, (size_t)D * 4); break;
     case KT_F16: j->ops->f16_to_f32((const uint16_t *)(row + e0 * 2), dst, D); break;
-    default: /* KT_Q8_0: whole blocks where the head covers them */
-        for (int d = 0; d < D;) {
+    default: /* KT_Q8_0 */
+        if (e0 % QK8_0 == 0 && D % QK8_0 == 0) { /* the head is whole blocks */
+            j->ops->q8_0_to_f32(row + (size_t)(e0 / QK8_0) * sizeof(block_q8_0), dst, D / QK8_0);
+            break;
+        }
+        for (int d = 0; d < D;) { /* a head inside or across blocks */
             const int64_t e = e0 + d;
             const block_q8_0 *b = (const block_q8_0 *)(row + (size_t)(e / QK8_0) * sizeof(block_q8_0));
             const float s = kern_fp16_to_fp32(b->d);
@@ -357,6 +370,7 @@ static void flash_unit(const flash_job *j, float *sc, int u) {
 }
 
 static void flash_task(void *ctx, int ith, int nth) {
+    (void)nth; /* units come from the shared counter */
     flash_job *j = ctx;
     const uintptr_t base = (uintptr_t)(j->scratch + (size_t)ith * j->per_thread);
     float *sc = (float *)((base + 63) & ~(uintptr_t)63);

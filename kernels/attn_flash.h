@@ -30,6 +30,8 @@ typedef struct {
     void (*row_scale)(float *a, int n, float c);
     /* y[0..n) = IEEE half x[0..n) as floats */
     void (*f16_to_f32)(const uint16_t *x, float *y, int n);
+    /* y[0..32*nb) = nb Q8_0 blocks (kernels/quants.h) as floats */
+    void (*q8_0_to_f32)(const void *x, float *y, int nb);
 } attn_flash_ops;
 
 extern const attn_flash_ops attn_flash_ops_c;

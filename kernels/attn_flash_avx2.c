@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include "kernels/attn_flash.h"
+#include "kernels/quants.h"
 
 static inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -260,8 +261,19 @@ static void f16_to_f32_avx2(const uint16_t *x, float *y, int n) {
     for (; i < n; i++) y[i] = _cvtsh_ss(x[i]);
 }
 
-const attn_flash_ops attn_flash_ops_avx2 = {scores_avx2, pv_avx2, kt_load_avx2, row_max_avx2, row_exp2_avx2,
-                                            row_scale_avx2, f16_to_f32_avx2};
+static void q8_0_to_f32_avx2(const void *x, float *y, int nb) {
+    const block_q8_0 *b = x;
+    for (int i = 0; i < nb; i++, y += QK8_0) {
+        const __m256 s = _mm256_set1_ps(_cvtsh_ss(b[i].d));
+        for (int k = 0; k < QK8_0; k += 8) {
+            const __m128i q = _mm_loadl_epi64((const __m128i *)(b[i].qs + k));
+            _mm256_storeu_ps(y + k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), s));
+        }
+    }
+}
+
+const attn_flash_ops attn_flash_ops_avx2 = {scores_avx2,    pv_avx2,         kt_load_avx2,   row_max_avx2,
+                                            row_exp2_avx2,  row_scale_avx2,  f16_to_f32_avx2, q8_0_to_f32_avx2};
 #else
 typedef int attn_flash_avx2_unused; /* not an x86-64 AVX2 build: nothing here */
 #endif

@@ -67,10 +67,24 @@ typedef struct {
  * every tier is tested against _ref (tests/test_tiers.c). */
 typedef enum { KERN_TIER_REF, KERN_TIER_SCALAR, KERN_TIER_AVX2, KERN_TIER_AVX512, KERN_TIER_COUNT } kern_tier;
 
+/* A register-blocked tile of dot products (prefill: weights reused across
+ * activation rows, activations across weight rows):
+ *   y[c * ldy + r] = vec_dot(n, x + r * bx, a + c * ba)  for r < nr, c < nc
+ * x: nr weight rows of n elements of the type, bx bytes apart; a: nc
+ * activation rows of its vec_dot_type, ba bytes apart (byte offsets);
+ * 1 <= nr <= KERN_GEMM_MAX, 1 <= nc <= KERN_GEMM_MAX.  Every y is
+ * BIT-IDENTICAL to the same tier's vec_dot of that pair of rows, whatever
+ * nr, nc and the tile's position, so callers may tile and split rows
+ * among threads freely. */
+#define KERN_GEMM_MAX 4
+typedef void (*kern_gemm_fn)(int64_t n, int nr, int nc, float *y, size_t ldy, const void *x, size_t bx,
+                             const void *a, size_t ba);
+
 typedef struct {
     kern_to_float_fn to_float;      /* dequantize a row */
     kern_from_float_fn from_float;  /* quantize a row (used for activations) */
     kern_vec_dot_fn vec_dot;        /* dot with a vec_dot_type row */
+    kern_gemm_fn gemm;              /* tile of vec_dots (above); NULL: call vec_dot per pair */
 } kern_type_ops;
 
 /* Operations of type t at the active tier (the best this CPU supports,

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Side-by-side prefill/decode benchmark: kvant vs llama.cpp's llama-bench.
+
+usage: bench/compare.py --llama-bench PATH [--kvant build/kvant] [-t 2] [-p 512] [-n 128] [-r 3]
+                        MODEL.gguf [MODEL.gguf ...]
+
+For every model, runs `kvant bench --json` and `llama-bench -o jsonl` with the
+same file, threads, -p and -n, interleaved, and prints one markdown table:
+tokens/s of each (mean +- sd), the ratio kvant / llama.cpp, and the decode
+roofline = read bandwidth / bytes read per token (all weights except the
+token embedding, of which one row is read).  The bandwidth is measured in the
+same run with build/kvant-stream.  Both programs see the same noisy machine;
+compare the ratios, not the absolute numbers across runs.
+"""
+import argparse, json, os, struct, subprocess, sys
+
+
+def gguf_weight_bytes(path):
+    """bytes of all tensors but token_embd.weight, from kvant info --tensors"""
+    out = subprocess.run([ARGS.kvant, "info", "-m", path, "--tensors"], capture_output=True, text=True, check=True).stdout
+    total = 0
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[-1] == "bytes" and "." in parts[0] and parts[0] != "token_embd.weight":
+            total += int(parts[-2])
+    return total
+
+
+def run_kvant(model, test):
+    args = [ARGS.kvant, "bench", "-m", model, "-t", str(ARGS.threads), "-r", str(ARGS.reps), "--json"]
+    args += ["-p", str(ARGS.p), "-n", "0"] if test == "pp" else ["-p", "0", "-n", str(ARGS.n)]
+    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    j = json.loads(out.strip().splitlines()[0])
+    return j["avg_ts"], j["stddev_ts"]
+
+
+def run_llama(model, test):
+    args = [ARGS.llama_bench, "-m", model, "-t", str(ARGS.threads), "-r", str(ARGS.reps), "-o", "jsonl"]
+    args += ["-p", str(ARGS.p), "-n", "0"] if test == "pp" else ["-p", "0", "-n", str(ARGS.n)]
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(ARGS.llama_bench))
+    out = subprocess.run(args, capture_output=True, text=True, check=True, env=env).stdout
+    j = json.loads([l for l in out.splitlines() if l.startswith("{")][0])
+    return j["avg_ts"], j["stddev_ts"]
+
+
+def bandwidth():
+    out = subprocess.run([os.path.join(os.path.dirname(ARGS.kvant), "kvant-stream"), "-t", str(ARGS.threads)],
+                         capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        if line.startswith("read"):
+            return float(line.split()[1])
+    return 0.0
+
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--llama-bench", required=True)
+ap.add_argument("--kvant", default="build/kvant")
+ap.add_argument("-t", "--threads", type=int, default=2)
+ap.add_argument("-p", type=int, default=512)
+ap.add_argument("-n", type=int, default=128)
+ap.add_argument("-r", "--reps", type=int, default=3)
+ap.add_argument("models", nargs="+")
+ARGS = ap.parse_args()
+
+bw = bandwidth()
+print(f"read bandwidth ({ARGS.threads} threads, measured now): {bw:.1f} GB/s\n")
+print("| model | test | kvant t/s | llama.cpp t/s | kvant / llama.cpp | roofline t/s | kvant % of roofline |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+for m in ARGS.models:
+    wbytes = gguf_weight_bytes(m)
+    for test in ("pp", "tg"):
+        k = run_kvant(m, test)
+        l = run_llama(m, test)
+        name = f"{test}{ARGS.p if test == 'pp' else ARGS.n}"
+        roof = bw * 1e9 / wbytes if test == "tg" and wbytes else 0
+        roof_s = f"{roof:.1f}" if roof else "-"
+        frac = f"{100 * k[0] / roof:.0f}%" if roof else "-"
+        print(f"| {os.path.basename(m)} | {name} | {k[0]:.2f} ± {k[1]:.2f} | {l[0]:.2f} ± {l[1]:.2f} | "
+              f"{k[0] / l[0]:.2f} | {roof_s} | {frac} |", flush=True)

@@ -1,0 +1,23 @@
+/* kernels/tiers.h - private to kernels/: how dispatch.c builds one tier's
+ * table of operations from the per-ISA files.
+ *
+ * dispatch.c fills tier k as a copy of tier k-1 and then calls tier k's
+ * install function, which overwrites only the members it has a faster
+ * version of; so every member of every tier is set, falling back to the
+ * next lower tier (and at the bottom to the _ref row of the type table).
+ *
+ * ops has KT_GGML_COUNT entries indexed by type number.  The AVX2 and
+ * AVX-512 files exist only on x86-64 and must be installed only after the
+ * CPU has been checked for their instruction sets. */
+#ifndef KVANT_KERNELS_TIERS_H
+#define KVANT_KERNELS_TIERS_H
+
+#include "kernels/types.h"
+
+void kern_tier_scalar_install(kern_type_ops *ops);
+void kern_tier_avx2_install(kern_type_ops *ops);   /* needs AVX2, FMA, F16C */
+/* needs AVX-512 F/BW/VL/DQ/VNNI (and AVX2, FMA, F16C); the BF16 dot uses
+ * vdpbf16ps only when has_bf16 (AVX512_BF16), otherwise keeps the lower tier's */
+void kern_tier_avx512_install(kern_type_ops *ops, bool has_bf16);
+
+#endif
