@@ -19,6 +19,13 @@ struct kvant_seq {
     const model *m;
     kv_store *kv;
     model_work *work;
+    kvant_seq_params params;
+};
+
+struct kvant_kv_pool {
+    const model *m;
+    kv_pool *pool;
+    int max_ctx;
 };
 
 struct kvant_sampler {
@@ -112,6 +119,39 @@ static int kv_type_of(const char *name) {
     return -1;
 }
 
+kvant_kv_pool *kvant_kv_pool_new(kvant_model *km, const kvant_kv_pool_params *p, kvant_status *st) {
+    const model_config *c = &km->m->cfg;
+    const int type = kv_type_of(p->kv_type);
+    if (type < 0) {
+        core_fail(st, KVANT_ERR_ARG, "unknown KV cache type '%s' (f32, f16, q8_0)", p->kv_type);
+        return NULL;
+    }
+    kvant_kv_pool *kp = calloc(1, sizeof *kp);
+    if (!kp) {
+        core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    kp->m = km->m;
+    kp->max_ctx = p->max_ctx > 0 ? p->max_ctx : c->n_ctx_train;
+    const kv_pool_params pp = {.n_layers = c->n_layers, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
+                               .type = type, .block_size = p->block_size,
+                               .n_blocks = p->mem_mib > 0 ? 0 : p->n_blocks,
+                               .budget_bytes = (uint64_t)(p->mem_mib * 1048576.0), .max_ctx = kp->max_ctx,
+                               .max_seqs = p->max_seqs, .prefix_cache = p->prefix_cache};
+    kp->pool = kv_pool_new(&pp, st);
+    if (!kp->pool) {
+        free(kp);
+        return NULL;
+    }
+    return kp;
+}
+
+void kvant_kv_pool_free(kvant_kv_pool *kp) {
+    if (!kp) return;
+    kv_pool_free(kp->pool);
+    free(kp);
+}
+
 kvant_seq *kvant_seq_new_ex(kvant_model *km, const kvant_seq_params *p, kvant_status *st) {
     const model *m = km->m;
     const model_config *c = &m->cfg;
@@ -142,7 +182,11 @@ kvant_seq *kvant_seq_new_ex(kvant_model *km, const kvant_seq_params *p, kvant_st
     }
     s->m = m;
     int n_ctx = p->n_ctx > 0 ? p->n_ctx : c->n_ctx_train;
-    if (p->window > 0) {
+    s->params = *p;
+    if (p->pool) {
+        s->kv = kv_paged_store_new(p->pool->pool, false, st);
+        n_ctx = p->pool->max_ctx;
+    } else if (p->window > 0) {
         s->kv = kv_streaming_new(c->n_layers, p->sink, p->window, kv_dim, type, st);
         n_ctx = p->sink + p->window;
     } else if (paged) {
@@ -184,6 +228,59 @@ int kvant_seq_pos(const kvant_seq *s) { return s->kv->n_pos; }
 size_t kvant_seq_kv_bytes(const kvant_seq *s) { return kv_bytes_used(s->kv); }
 size_t kvant_seq_kv_capacity_bytes(const kvant_seq *s) { return kv_reserved_bytes(s->kv); }
 int64_t kvant_seq_evicted(const kvant_seq *s) { return s->kv->evicted; }
+
+int kvant_seq_prefill_cached(kvant_seq *s, const int32_t *tokens, int n) {
+    if (s->kv->n_pos != 0) return 0;
+    return kv_prefix_match_tokens(s->kv, tokens, n);
+}
+
+kvant_seq *kvant_seq_fork(kvant_seq *s, kvant_status *st) {
+    if (!s->kv->ops->fork) {
+        core_fail(st, KVANT_ERR_UNSUPPORTED, "this KV cache cannot fork (use a paged cache)");
+        return NULL;
+    }
+    kvant_seq *f = calloc(1, sizeof *f);
+    if (!f) {
+        core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    f->m = s->m;
+    f->params = s->params;
+    f->kv = s->kv->ops->fork(s->kv, st);
+    if (f->kv)
+        f->work = model_work_new(s->m, s->work->max_T, s->work->n_ctx, s->work->attn, st);
+    if (!f->kv || !f->work) {
+        kvant_seq_free(f);
+        return NULL;
+    }
+    return f;
+}
+
+void kvant_seq_kv_stats(const kvant_seq *s, kvant_kv_stats *o) {
+    memset(o, 0, sizeof *o);
+    o->seq_bytes = kv_bytes_used(s->kv);
+    kv_pool *pool = kv_paged_store_pool(s->kv);
+    if (!pool) {
+        o->bytes_total = kv_reserved_bytes(s->kv);
+        o->bytes_used = o->seq_bytes;
+        o->frag_tokens = s->kv->capacity - s->kv->n_pos;
+        return;
+    }
+    kv_pool_stats ps;
+    kv_pool_stats_get(pool, &ps);
+    o->paged = true;
+    o->block_size = ps.block_size;
+    o->blocks_total = ps.blocks_total;
+    o->blocks_used = ps.blocks_used;
+    o->blocks_cached = ps.blocks_cached;
+    o->blocks_free = ps.blocks_free;
+    o->bytes_per_block = ps.bytes_per_block;
+    o->bytes_total = ps.bytes_total;
+    o->bytes_used = ps.bytes_used;
+    o->frag_tokens = ps.frag_tokens;
+    o->prefix_hit_tokens = ps.prefix_hit_tokens;
+    o->cow_copies = ps.cow_copies;
+}
 
 int kvant_seq_sink_stats(const kvant_seq *s, double *per_layer, int max_layers) {
     const int L = s->m->cfg.n_layers < max_layers ? s->m->cfg.n_layers : max_layers;

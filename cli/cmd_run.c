@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 
 #include "cli/cli.h"
 
@@ -34,13 +35,15 @@ static void run_help(void) {
            "      --sink N           StreamingLLM: keep the first N tokens (attention sinks) ...\n"
            "      --window W         ... and the last W tokens: generation runs in constant memory\n"
            "      --ignore-eos       keep generating after the end-of-sequence token\n"
+           "      --report-every N   every N generated tokens, print tokens/s over them, KV bytes\n"
+           "                         and peak resident memory to stderr\n"
            "  -h, --help             this text\n",
            kvant_default_threads());
 }
 
 typedef struct {
     const char *model, *tokenizer, *prompt;
-    int n_predict, n_ctx, threads;
+    int n_predict, n_ctx, threads, report_every;
     bool no_cache, ignore_eos, seed_set;
     kvant_sampling samp;
     kvant_seq_params seq;
@@ -67,6 +70,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (cli_is(&a, "-t", "--threads")) o->threads = cli_int(&a, 1, 1024);
         else if (cli_is(&a, "--no-cache", NULL)) o->no_cache = true;
         else if (cli_is(&a, "--ignore-eos", NULL)) o->ignore_eos = true;
+        else if (cli_is(&a, "--report-every", NULL)) o->report_every = cli_int(&a, 1, 1 << 30);
         else if (cli_is(&a, "--attn", NULL)) o->seq.attn = cli_str(&a);
         else if (cli_is(&a, "--kv", NULL)) o->seq.kv = cli_str(&a);
         else if (cli_is(&a, "--kv-type", NULL)) o->seq.kv_type = cli_str(&a);
@@ -96,6 +100,7 @@ typedef struct {
     double t_start, t_first, t_end; /* ms */
     size_t kv_bytes;
     int64_t evicted;
+    kvant_kv_stats kv;
 } run_stats;
 
 static void print_stats(const run_opts *o, const run_stats *s) {
@@ -111,6 +116,12 @@ static void print_stats(const run_opts *o, const run_stats *s) {
     fprintf(stderr, "decode:            %.1f tokens/s\n", decode_ms > 0 ? n_dec * 1e3 / decode_ms : 0.0);
     fprintf(stderr, "KV cache in use:   %zu bytes (%.2f MiB)%s\n", s->kv_bytes, s->kv_bytes / 1048576.0,
             o->no_cache ? " [--no-cache: recomputed every step]" : "");
+    if (s->kv.paged)
+        fprintf(stderr, "KV blocks:         %lld total, %lld used, %lld cached, %lld free (%d tokens, %zu bytes each); "
+                        "%lld reserved-but-unused slots; %lld prefix-cache hit tokens\n",
+                (long long)s->kv.blocks_total, (long long)s->kv.blocks_used, (long long)s->kv.blocks_cached,
+                (long long)s->kv.blocks_free, s->kv.block_size, s->kv.bytes_per_block, (long long)s->kv.frag_tokens,
+                (long long)s->kv.prefix_hit_tokens);
     fprintf(stderr, "KV cache:          %s, %s, %s attention", o->seq.window ? "streaming" : o->seq.kv,
             o->seq.kv_type, o->seq.attn);
     if (o->seq.window) fprintf(stderr, ", sink %d + window %d, %lld tokens evicted", o->seq.sink, o->seq.window,
@@ -171,6 +182,7 @@ int cmd_run(int argc, char **argv) {
     int n = n_prompt; /* tokens in the sequence so far */
     if (kvant_forward(seq, tokens, n_prompt, logits, false, &st)) goto fwd_fail;
     char piece[256];
+    double t_report = kvant_time_ms();
     for (int g = 0; g < o.n_predict; g++) {
         const int32_t next = kvant_sampler_sample(smp, logits);
         if (g == 0) s.t_first = kvant_time_ms();
@@ -181,6 +193,15 @@ int cmd_run(int argc, char **argv) {
         fflush(stdout);
         tokens[n++] = next;
         s.n_gen++;
+        if (o.report_every && s.n_gen % o.report_every == 0) {
+            const double now = kvant_time_ms();
+            struct rusage ru;
+            getrusage(RUSAGE_SELF, &ru);
+            fprintf(stderr, "\n[report] %d tokens: %.1f tokens/s over the last %d, KV %zu bytes, peak RSS %.1f MiB\n",
+                    s.n_gen, o.report_every * 1e3 / (now - t_report), o.report_every, kvant_seq_kv_bytes(seq),
+                    ru.ru_maxrss / 1024.0);
+            t_report = now;
+        }
         if (g + 1 == o.n_predict) break;
         if (o.no_cache) { /* the naive decoder: recompute every position */
             kvant_seq_reset(seq);
@@ -191,6 +212,7 @@ int cmd_run(int argc, char **argv) {
     if (!s.t_first) s.t_first = s.t_end;
     s.kv_bytes = kvant_seq_kv_bytes(seq);
     s.evicted = kvant_seq_evicted(seq);
+    kvant_seq_kv_stats(seq, &s.kv);
 
     print_stats(&o, &s);
     rc = CLI_OK;

@@ -95,6 +95,21 @@ int kvant_token_to_piece(const kvant_model *m, int32_t prev, int32_t token, char
 /* ---- sequence: a KV cache and a position ------------------------------ */
 typedef struct kvant_seq kvant_seq;
 
+/* A paged KV pool shared by several sequences (prefix caching, forks). */
+typedef struct kvant_kv_pool kvant_kv_pool;
+typedef struct {
+    const char *kv_type;    /* "f32" (default), "f16", "q8_0" */
+    int block_size;         /* tokens per block (0: 16) */
+    double mem_mib;         /* pool size in MiB ... */
+    int n_blocks;           /* ... or in blocks (used when mem_mib is 0) */
+    int max_ctx;            /* most tokens one sequence may hold (0: training context) */
+    int max_seqs;           /* live sequences at once (0: 64) */
+    bool prefix_cache;      /* reuse full blocks of identical prompt prefixes */
+} kvant_kv_pool_params;
+kvant_kv_pool *kvant_kv_pool_new(kvant_model *m, const kvant_kv_pool_params *p, kvant_status *st);
+/* frees the pool; every sequence made in it must be freed first */
+void kvant_kv_pool_free(kvant_kv_pool *pool);
+
 typedef struct {
     int n_ctx;              /* positions the sequence may hold (0: training context) */
     const char *attn;       /* "flash" (default) or "naive" (the reference) */
@@ -105,6 +120,8 @@ typedef struct {
     int sink;
     int sink_stats;         /* > 0 (naive attention): measure the attention mass on
                                the first sink_stats cache positions, per layer */
+    kvant_kv_pool *pool;    /* non-NULL: the sequence lives in this shared pool
+                               (kv, kv_type, block_size and n_ctx come from it) */
 } kvant_seq_params;
 kvant_seq_params kvant_seq_default(void);
 kvant_seq *kvant_seq_new_ex(kvant_model *m, const kvant_seq_params *p, kvant_status *st);
@@ -116,6 +133,26 @@ kvant_seq *kvant_seq_new(kvant_model *m, int n_ctx, kvant_status *st);
 int kvant_seq_sink_stats(const kvant_seq *s, double *per_layer, int max_layers);
 /* tokens dropped by a streaming cache so far */
 int64_t kvant_seq_evicted(const kvant_seq *s);
+/* Empty paged sequence with a prefix cache: takes the cached K/V of the
+ * prompt's leading full blocks and returns how many tokens they cover (the
+ * caller forwards only tokens[returned..n)).  0 for other caches. */
+int kvant_seq_prefill_cached(kvant_seq *s, const int32_t *tokens, int n);
+/* A new sequence sharing s's cached tokens (paged: blocks are shared and
+ * copied only when written).  NULL + status for caches that cannot fork. */
+kvant_seq *kvant_seq_fork(kvant_seq *s, kvant_status *st);
+
+/* KV memory accounting (paged: the whole pool the sequence lives in) */
+typedef struct {
+    bool paged;
+    int block_size;
+    int64_t blocks_total, blocks_used, blocks_cached, blocks_free;
+    size_t bytes_per_block, bytes_total, bytes_used;
+    int64_t frag_tokens;        /* reserved but unused token slots */
+    int64_t prefix_hit_tokens;  /* tokens served from the prefix cache so far */
+    int64_t cow_copies;
+    size_t seq_bytes;           /* bytes of this sequence's cached tokens */
+} kvant_kv_stats;
+void kvant_seq_kv_stats(const kvant_seq *s, kvant_kv_stats *out);
 void kvant_seq_free(kvant_seq *s);
 void kvant_seq_reset(kvant_seq *s);      /* forget all cached positions */
 int  kvant_seq_pos(const kvant_seq *s);  /* tokens already in the cache */

@@ -194,6 +194,121 @@ static void test_kv_quantization(void **state) {
     free(ref);
 }
 
+static int32_t argmax_of(const float *x) {
+    int b = 0;
+    for (int v = 1; v < g_V; v++) if (x[v] > x[b]) b = v;
+    return b;
+}
+
+/* a second request with the same prompt prefix prefills only the uncached
+ * tail, and gets the same logits as a fresh computation */
+static void test_prefix_cache_reuse(void **state) {
+    (void)state;
+    kvant_status st;
+    kvant_kv_pool_params pp = {.kv_type = "f32", .block_size = 16, .n_blocks = 64, .max_ctx = 128,
+                               .max_seqs = 4, .prefix_cache = true};
+    kvant_kv_pool *pool = kvant_kv_pool_new(g_model, &pp, &st);
+    assert_non_null(pool);
+    kvant_seq_params sp = kvant_seq_default();
+    sp.pool = pool;
+    float *a = malloc(sizeof(float) * g_V), *b = malloc(sizeof(float) * g_V), *ref = malloc(sizeof(float) * g_V);
+    kvant_seq *s1 = kvant_seq_new_ex(g_model, &sp, &st);
+    assert_int_equal(kvant_seq_prefill_cached(s1, g_ids, 70), 0); /* nothing cached yet */
+    assert_int_equal(kvant_forward(s1, g_ids, 70, a, false, &st), KVANT_OK);
+    kvant_seq_free(s1);
+    /* same first 50 tokens, then different: 3 full blocks (48 tokens) reused */
+    int32_t p2[70];
+    memcpy(p2, g_ids, sizeof p2);
+    for (int i = 50; i < 70; i++) p2[i] = (g_ids[i] + 7) % g_V;
+    kvant_seq *s2 = kvant_seq_new_ex(g_model, &sp, &st);
+    const int cached = kvant_seq_prefill_cached(s2, p2, 70);
+    assert_int_equal(cached, 48);
+    assert_int_equal(kvant_forward(s2, p2 + cached, 70 - cached, b, false, &st), KVANT_OK);
+    kvant_kv_stats ks;
+    kvant_seq_kv_stats(s2, &ks);
+    assert_int_equal(ks.prefix_hit_tokens, 48);
+    kvant_seq_params cp = kvant_seq_default();
+    cp.kv = "contiguous";
+    cp.n_ctx = 128;
+    kvant_seq *c = kvant_seq_new_ex(g_model, &cp, &st);
+    assert_int_equal(kvant_forward(c, p2, 70, ref, false, &st), KVANT_OK);
+    for (int v = 0; v < g_V; v++) assert_float_equal(b[v], ref[v], 1e-6);
+    kvant_seq_free(c);
+    kvant_seq_free(s2);
+    free(a); free(b); free(ref);
+    kvant_kv_pool_free(pool);
+}
+
+/* fork after a shared prompt: each branch continues exactly as it would alone */
+static void test_fork_divergent(void **state) {
+    (void)state;
+    kvant_status st;
+    kvant_kv_pool_params pp = {.kv_type = "f32", .block_size = 16, .n_blocks = 64, .max_ctx = 128, .max_seqs = 4};
+    kvant_kv_pool *pool = kvant_kv_pool_new(g_model, &pp, &st);
+    kvant_seq_params sp = kvant_seq_default();
+    sp.pool = pool;
+    float *lg = malloc(sizeof(float) * g_V);
+    int32_t out[2][24], alone[2][24];
+    for (int branch = 0; branch < 2; branch++) { /* alone: prompt of 21 tokens + a branch token */
+        kvant_seq *s = kvant_seq_new_ex(g_model, &sp, &st);
+        assert_int_equal(kvant_forward(s, g_ids, 21, lg, false, &st), KVANT_OK);
+        int32_t t = 300 + branch; /* divergent first token */
+        for (int i = 0; i < 24; i++) {
+            assert_int_equal(kvant_forward(s, &t, 1, lg, false, &st), KVANT_OK);
+            t = alone[branch][i] = argmax_of(lg);
+        }
+        kvant_seq_free(s);
+    }
+    kvant_seq *parent = kvant_seq_new_ex(g_model, &sp, &st);
+    assert_int_equal(kvant_forward(parent, g_ids, 21, lg, false, &st), KVANT_OK); /* last block half full */
+    kvant_seq *child = kvant_seq_fork(parent, &st);
+    assert_non_null(child);
+    kvant_seq *br[2] = {parent, child};
+    int32_t t[2] = {300, 301};
+    for (int i = 0; i < 24; i++)
+        for (int b = 0; b < 2; b++) { /* interleaved: each write into the shared block must copy it */
+            assert_int_equal(kvant_forward(br[b], &t[b], 1, lg, false, &st), KVANT_OK);
+            t[b] = out[b][i] = argmax_of(lg);
+        }
+    assert_memory_equal(out[0], alone[0], sizeof out[0]);
+    assert_memory_equal(out[1], alone[1], sizeof out[1]);
+    kvant_kv_stats ks;
+    kvant_seq_kv_stats(child, &ks);
+    assert_true(ks.cow_copies >= 1);
+    kvant_seq_free(child);
+    kvant_seq_free(parent);
+    free(lg);
+    kvant_kv_pool_free(pool);
+}
+
+/* out of blocks: a clear KVANT_ERR_FULL, and the other sequence's cache is
+ * untouched (its next logits equal a fresh computation) */
+static void test_out_of_blocks(void **state) {
+    (void)state;
+    kvant_status st;
+    kvant_kv_pool_params pp = {.kv_type = "f32", .block_size = 8, .n_blocks = 10, .max_ctx = 96, .max_seqs = 4};
+    kvant_kv_pool *pool = kvant_kv_pool_new(g_model, &pp, &st);
+    kvant_seq_params sp = kvant_seq_default();
+    sp.pool = pool;
+    kvant_seq *a = kvant_seq_new_ex(g_model, &sp, &st), *b = kvant_seq_new_ex(g_model, &sp, &st);
+    assert_int_equal(kvant_forward(a, g_ids, 40, NULL, false, &st), KVANT_OK); /* 5 blocks */
+    assert_int_equal(kvant_forward(b, g_ids + 10, 48, NULL, false, &st), KVANT_ERR_FULL); /* needs 6 */
+    assert_non_null(strstr(st.msg, "blocks"));
+    float *x = malloc(sizeof(float) * g_V), *y = malloc(sizeof(float) * g_V);
+    assert_int_equal(kvant_forward(a, &g_ids[40], 1, x, false, &st), KVANT_OK);
+    kvant_seq_params cp = kvant_seq_default();
+    cp.kv = "contiguous";
+    cp.n_ctx = 64;
+    kvant_seq *c = kvant_seq_new_ex(g_model, &cp, &st);
+    assert_int_equal(kvant_forward(c, g_ids, 41, y, false, &st), KVANT_OK);
+    for (int v = 0; v < g_V; v++) assert_float_equal(x[v], y[v], 1e-6);
+    kvant_seq_free(c);
+    kvant_seq_free(a);
+    kvant_seq_free(b);
+    free(x); free(y);
+    kvant_kv_pool_free(pool);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paged_equals_contiguous),
@@ -201,6 +316,9 @@ int main(void) {
         cmocka_unit_test(test_streaming_without_eviction),
         cmocka_unit_test(test_streaming_constant_memory),
         cmocka_unit_test(test_kv_quantization),
+        cmocka_unit_test(test_prefix_cache_reuse),
+        cmocka_unit_test(test_fork_divergent),
+        cmocka_unit_test(test_out_of_blocks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
