@@ -88,7 +88,11 @@ kvant_code kvant_perplexity(kvant_model *m, const char *text, size_t len, const 
     }
 
     ppl_state s = {.V = in.vocab_size};
-    s.seq = kvant_seq_new(m, c, st);
+    kvant_seq_params sp = kvant_seq_default();
+    sp.n_ctx = c;
+    if (p->attn) sp.attn = p->attn;
+    if (p->kv_type) sp.kv_type = p->kv_type;
+    s.seq = kvant_seq_new_ex(m, &sp, st);
     s.logits = malloc(sizeof(float) * (size_t)c * s.V);
     int32_t *win = malloc(sizeof(int32_t) * (size_t)c);
     kvant_code rc = s.seq && s.logits && win ? KVANT_OK : core_fail(st, KVANT_ERR_NOMEM, "out of memory");

@@ -24,6 +24,8 @@ static void ppl_help(void) {
            "                       the share of tokens with the same top token, and the\n"
            "                       perplexity ratio MODEL / BASE\n"
            "  -t, --threads N      threads (default: all CPUs)\n"
+           "      --attn A         flash (default) or naive\n"
+           "      --kv-type T      KV cache of the evaluated model: f32 (default), f16, q8_0\n"
            "      --json           print the result as one JSON object\n");
 }
 
@@ -60,6 +62,8 @@ int cmd_ppl(int argc, char **argv) {
         else if (cli_is(&a, "--kl-base", NULL)) base_path = cli_str(&a);
         else if (cli_is(&a, "-t", "--threads")) threads = cli_int(&a, 1, 1024);
         else if (cli_is(&a, "--json", NULL)) json = true;
+        else if (cli_is(&a, "--attn", NULL)) p.attn = cli_str(&a);
+        else if (cli_is(&a, "--kv-type", NULL)) p.kv_type = cli_str(&a);
         else cli_unknown(&a);
     }
     if (a.error) return CLI_USAGE;

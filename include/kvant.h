@@ -224,6 +224,8 @@ typedef struct {
                                windows of n_ctx advancing by S, every token after
                                the first scored once */
     kvant_model *kl_base;   /* NULL, or the base model for KL divergence */
+    const char *attn;       /* NULL (flash) or "naive" */
+    const char *kv_type;    /* NULL (f32), "f16" or "q8_0": the model's KV cache */
     void (*progress)(void *user, int done, int total, double ppl_so_far);
     void *user;
 } kvant_ppl_params;
