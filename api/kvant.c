@@ -193,7 +193,9 @@ kvant_seq *kvant_seq_new_ex(kvant_model *km, const kvant_seq_params *p, kvant_st
         /* a private pool just large enough for n_ctx tokens */
         const int B = p->block_size > 0 ? p->block_size : KV_BLOCK_SIZE_DEFAULT;
         const kv_pool_params pp = {.n_layers = c->n_layers, .n_kv_heads = c->n_kv_heads, .head_dim = c->head_dim,
-                                   .type = type, .block_size = B, .n_blocks = (n_ctx + B - 1) / B,
+                                   .type = type, .block_size = B,
+                                   .n_blocks = p->kv_mem_mib > 0 ? 0 : (n_ctx + B - 1) / B,
+                                   .budget_bytes = (uint64_t)(p->kv_mem_mib * 1048576.0),
                                    .max_ctx = n_ctx, .max_seqs = 1, .prefix_cache = false};
         kv_pool *pool = kv_pool_new(&pp, st);
         if (pool && !(s->kv = kv_paged_store_new(pool, true, st))) kv_pool_free(pool);

@@ -27,6 +27,8 @@ static void bench_help(void) {
            "      --attn A         flash (default) or naive\n"
            "      --kv K           paged (default) or contiguous\n"
            "      --kv-type T      f32 (default), f16 or q8_0\n"
+           "      --kv-mem MiB     paged: block pool budget (default: sized for -p/-n)\n"
+           "      --block-size N   paged: tokens per block (default 16)\n"
            "      --json           one JSON object per test instead of the table\n"
            "The last line gives the peak resident memory of the process.\n",
            kvant_default_threads());
@@ -81,6 +83,8 @@ int cmd_bench(int argc, char **argv) {
         else if (cli_is(&a, "--attn", NULL)) sp.attn = cli_str(&a);
         else if (cli_is(&a, "--kv", NULL)) sp.kv = cli_str(&a);
         else if (cli_is(&a, "--kv-type", NULL)) sp.kv_type = cli_str(&a);
+        else if (cli_is(&a, "--kv-mem", NULL)) sp.kv_mem_mib = cli_float(&a, 0.001f, 1e7f);
+        else if (cli_is(&a, "--block-size", NULL)) sp.block_size = cli_int(&a, 1, 4096);
         else cli_unknown(&a);
     }
     if (a.error) return CLI_USAGE;

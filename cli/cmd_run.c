@@ -32,6 +32,8 @@ static void run_help(void) {
            "      --attn A           attention kernel: flash (default) or naive (the reference)\n"
            "      --kv K             KV cache: paged (default) or contiguous (the reference)\n"
            "      --kv-type T        KV cache element type: f32 (default), f16, q8_0\n"
+           "      --kv-mem MiB       paged: size the block pool from this budget (default: the context)\n"
+           "      --block-size N     paged: tokens per block (default 16)\n"
            "      --sink N           StreamingLLM: keep the first N tokens (attention sinks) ...\n"
            "      --window W         ... and the last W tokens: generation runs in constant memory\n"
            "      --ignore-eos       keep generating after the end-of-sequence token\n"
@@ -74,6 +76,8 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (cli_is(&a, "--attn", NULL)) o->seq.attn = cli_str(&a);
         else if (cli_is(&a, "--kv", NULL)) o->seq.kv = cli_str(&a);
         else if (cli_is(&a, "--kv-type", NULL)) o->seq.kv_type = cli_str(&a);
+        else if (cli_is(&a, "--kv-mem", NULL)) o->seq.kv_mem_mib = cli_float(&a, 0.001f, 1e7f);
+        else if (cli_is(&a, "--block-size", NULL)) o->seq.block_size = cli_int(&a, 1, 4096);
         else if (cli_is(&a, "--sink", NULL)) o->seq.sink = cli_int(&a, 0, 1 << 20);
         else if (cli_is(&a, "--window", NULL)) o->seq.window = cli_int(&a, 1, 1 << 22);
         else cli_unknown(&a);

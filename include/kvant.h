@@ -116,6 +116,9 @@ typedef struct {
     const char *kv;         /* "paged" (default) or "contiguous" (the reference) */
     const char *kv_type;    /* "f32" (default), "f16" or "q8_0" */
     int block_size;         /* paged: tokens per block (0: 16) */
+    double kv_mem_mib;      /* paged: size the private pool from this budget
+                               instead of n_ctx (the sequence may then run out
+                               of blocks: KVANT_ERR_FULL) */
     int window;             /* > 0: StreamingLLM cache of `sink` + `window` tokens */
     int sink;
     int sink_stats;         /* > 0 (naive attention): measure the attention mass on
