@@ -33,10 +33,12 @@ static void dot_task(void *ctx, int ith, int nth) {
          * Decode (T = 1) stays on vec_dot: one weight row streaming from memory at a
          * time is served better by the prefetchers than 4 (quantized: ~1.5x faster). */
         if (j->gemm && j->T > 1) {
-            for (int t0 = 0; t0 < j->T; t0 += KERN_GEMM_MAX) {
-                const int nc = j->T - t0 < KERN_GEMM_MAX ? j->T - t0 : KERN_GEMM_MAX;
-                for (int64_t n = n0; n < n1; n += KERN_GEMM_MAX) {
-                    const int nr = n1 - n < KERN_GEMM_MAX ? (int)(n1 - n) : KERN_GEMM_MAX;
+            /* one tile of weight rows against every activation row in turn: the
+             * rows stay in L1 (and a tile may keep them unpacked between calls) */
+            for (int64_t n = n0; n < n1; n += KERN_GEMM_MAX) {
+                const int nr = n1 - n < KERN_GEMM_MAX ? (int)(n1 - n) : KERN_GEMM_MAX;
+                for (int t0 = 0; t0 < j->T; t0 += KERN_GEMM_MAX) {
+                    const int nc = j->T - t0 < KERN_GEMM_MAX ? j->T - t0 : KERN_GEMM_MAX;
                     j->gemm(j->K, nr, nc, j->y + (size_t)t0 * j->N + n, (size_t)j->N, j->W + (size_t)n * j->w_row,
                             j->w_row, j->xa + (size_t)t0 * j->a_row, j->a_row);
                 }
