@@ -1,4 +1,5 @@
-/* attention.c - causal attention for one sequence against its KV cache.
+/* attention.c - the textbook attention, kept as the spec the view-based
+ * kernels (kernels/attn.h) are tested against.
  *
  * Shapes (see kernels.h): q [T][H][D], k/v [P][Hkv][D] with row stride
  * kv_stride, out [T][H][D].  Query t sits at position pos0 + t and attends
@@ -8,50 +9,6 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
-
-typedef struct {
-    float *scores;
-    const float *q, *k, *v;
-    float *out;
-    const kern_attn_shape *s;
-} attn_job;
-
-/* one (t, h) pair: scores over the causal window, softmax, weighted V sum */
-static void attend_one(const attn_job *j, float *sc, int t, int h) {
-    const kern_attn_shape *s = j->s;
-    const int D = s->D, group = s->H / s->Hkv, hk = h / group;
-    const int npos = s->pos0 + t + 1;
-    const float scale = 1.0f / sqrtf((float)D);
-    const float *qh = j->q + ((size_t)t * s->H + h) * D;
-    for (int p = 0; p < npos; p++)
-        sc[p] = kern_dot_f32(qh, j->k + (size_t)p * s->kv_stride + (size_t)hk * D, D) * scale;
-    kern_softmax(sc, npos);
-    float *o = j->out + ((size_t)t * s->H + h) * D;
-    memset(o, 0, (size_t)D * sizeof *o);
-    for (int p = 0; p < npos; p++) {
-        const float *vp = j->v + (size_t)p * s->kv_stride + (size_t)hk * D;
-        const float a = sc[p];
-        for (int d = 0; d < D; d++) o[d] += a * vp[d];
-    }
-}
-
-static void attn_task(void *ctx, int ith, int nth) {
-    const attn_job *j = ctx;
-    const kern_attn_shape *s = j->s;
-    float *sc = j->scores + (size_t)ith * (size_t)(s->pos0 + s->T);
-    int64_t lo, hi;
-    core_split((int64_t)s->T * s->H, ith, nth, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) attend_one(j, sc, (int)(i / s->H), (int)(i % s->H));
-}
-
-void kern_attention(core_pool *pool, float *scores, const float *q, const float *k, const float *v,
-                    float *out, const kern_attn_shape *s) {
-    CORE_ASSERT(s->Hkv > 0 && s->H % s->Hkv == 0);
-    attn_job j = {scores, q, k, v, out, s};
-    const double work = (double)s->T * s->H * s->D * (s->pos0 + s->T); /* ~ multiply-adds */
-    if (work < KERN_MT_MIN_WORK) attn_task(&j, 0, 1);
-    else core_pool_run(pool, attn_task, &j);
-}
 
 void kern_attention_ref(const float *q, const float *k, const float *v, float *out, const kern_attn_shape *s) {
     const int T = s->T, H = s->H, D = s->D, P = s->pos0 + s->T, group = s->H / s->Hkv;

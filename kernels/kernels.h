@@ -66,19 +66,18 @@ typedef struct {
 void kern_rope(float *x, int n_heads, int D, int pos, const kern_rope_params *p);
 void kern_rope_ref(float *x, int n_heads, int D, int pos, const kern_rope_params *p);
 
-/* ---- attention (causal, one sequence) --------------------------------------
+/* ---- attention reference (causal, one sequence) --------------------------------
+ * The model uses kernels/attn.h (naive and flash over KV views); this is the
+ * textbook spec both are tested against.
  * q: [T][H][D] queries at positions pos0 .. pos0+T-1.
  * k, v: [P][Hkv][D] cached keys/values for positions 0 .. pos0+T-1 (P >= pos0+T),
  *       row stride kv_stride floats between positions.
- * out: [T][H][D].  Query head h reads KV head h / (H / Hkv) (GQA/MQA: no copy).
- * scores: scratch of (pos0 + T) floats per thread (pool size threads). */
+ * out: [T][H][D].  Query head h reads KV head h / (H / Hkv). */
 typedef struct {
     int T, H, Hkv, D;
     int pos0;
     int64_t kv_stride;
 } kern_attn_shape;
-void kern_attention(core_pool *pool, float *scores, const float *q, const float *k, const float *v,
-                    float *out, const kern_attn_shape *s);
 /* Reference: expands K/V to H heads and materializes the T x P score matrix. */
 void kern_attention_ref(const float *q, const float *k, const float *v, float *out, const kern_attn_shape *s);
 
