@@ -189,6 +189,101 @@ void kvant_sampler_free(kvant_sampler *s);
 int32_t kvant_sampler_sample(kvant_sampler *s, float *logits);
 void kvant_sampler_accept(kvant_sampler *s, int32_t token);
 
+/* ---- engine: many requests, one batched forward pass per step ------------------
+ * The serving engine (sched/).  Requests are submitted with a prompt and
+ * sampling settings; each kvant_engine_step builds ONE batch of tokens from
+ * every running sequence (decode tokens first, then prompt chunks up to the
+ * token budget: chunked prefill with decode piggybacking), runs one forward
+ * pass over it, samples, and reports the new tokens as events.  KV memory is
+ * one paged pool; admission is by free blocks and max_seqs; when blocks run
+ * out the newest running sequence is preempted (its blocks freed) and later
+ * recomputed from its prompt + the tokens it already generated, so its output
+ * is what it would have been without pressure.
+ *
+ * Threads: kvant_engine_step is called by one thread (the engine loop);
+ * kvant_engine_submit, _cancel and _stats may be called from any thread at
+ * any time (the engine locks internally). */
+typedef struct kvant_engine kvant_engine;
+
+typedef struct {
+    int max_seqs;           /* running sequences at once (0: 64) */
+    int max_batch_tokens;   /* token budget per step (0: 512) */
+    int max_waiting;        /* queued requests before submit refuses with KVANT_ERR_FULL (0: 1024) */
+    double kv_mem_mib;      /* KV pool size (0: enough for max_seqs x max_ctx, capped at 1 GiB) */
+    int block_size;         /* tokens per KV block (0: 16) */
+    const char *kv_type;    /* "f32" (default), "f16", "q8_0" */
+    int max_ctx;            /* most tokens one sequence may hold (0: training context) */
+    bool prefix_cache;      /* reuse cached blocks of identical prompt prefixes (default on) */
+    double target_step_ms;  /* > 0: size prompt chunks so a step takes about this long
+                               (the budget adapts to the measured step time) */
+} kvant_engine_params;
+kvant_engine_params kvant_engine_default(void);
+
+kvant_engine *kvant_engine_new(kvant_model *m, const kvant_engine_params *p, kvant_status *st);
+/* every request is cancelled; no step may be running */
+void kvant_engine_free(kvant_engine *e);
+
+typedef struct {
+    kvant_sampling sampling;
+    int max_tokens;         /* generated tokens at most (> 0) */
+    int n;                  /* independent samples of the same prompt (forked; 0: 1) */
+    bool ignore_eos;        /* do not stop at the end-of-sequence token */
+    int logprobs;           /* > 0: report the log-probability of each token and of the
+                               top `logprobs` alternatives (at most KVANT_MAX_LOGPROBS) */
+} kvant_request;
+#define KVANT_MAX_LOGPROBS 8
+
+/* Queues a request; returns its id (> 0), or -1 with st set: KVANT_ERR_ARG
+ * (empty prompt, prompt + max_tokens beyond max_ctx, bad token),
+ * KVANT_ERR_FULL (queue full: try again later).  The prompt is copied. */
+int64_t kvant_engine_submit(kvant_engine *e, const int32_t *prompt, int n_prompt, const kvant_request *r,
+                            kvant_status *st);
+/* Cancels a request: its sequences' blocks are freed at once (before the
+ * next step); a KVANT_FINISH_CANCELLED event is reported for each.  No-op
+ * for unknown or finished ids. */
+void kvant_engine_cancel(kvant_engine *e, int64_t id);
+
+typedef enum {
+    KVANT_FINISH_NONE = 0,  /* more tokens follow */
+    KVANT_FINISH_LENGTH,    /* max_tokens reached (or the sequence's context) */
+    KVANT_FINISH_EOS,       /* end-of-sequence token (the token is not reported) */
+    KVANT_FINISH_CANCELLED,
+    KVANT_FINISH_ERROR,
+} kvant_finish;
+
+typedef struct {
+    int64_t id;             /* request */
+    int index;              /* which of its n samples */
+    int32_t token;          /* -1 when the event only finishes the sample */
+    float logprob;          /* log p(token) when logprobs was asked */
+    int n_top;
+    int32_t top_tokens[KVANT_MAX_LOGPROBS];
+    float top_logprobs[KVANT_MAX_LOGPROBS];
+    kvant_finish finish;
+    int n_prompt, n_generated;      /* so far */
+    int n_cached;           /* prompt tokens served from the prefix cache */
+} kvant_event;
+
+/* One engine step.  Writes up to max_out events (a step yields at most one
+ * per running sample, plus finish events; max_out >= max_seqs + queued
+ * cancellations is always enough, fewer are kept for the next call) and
+ * returns how many, 0 when idle, or -1 with st set on an internal error. */
+int kvant_engine_step(kvant_engine *e, kvant_event *out, int max_out, kvant_status *st);
+/* Blocks until there is work (a request queued or running) or timeout_ms
+ * passes; for the engine loop.  Returns true if there is work. */
+bool kvant_engine_wait(kvant_engine *e, int timeout_ms);
+
+typedef struct {
+    int running, waiting, preempted_total;
+    int64_t steps, tokens_prefill, tokens_decode;   /* totals */
+    int64_t prefix_hit_tokens;
+    int64_t blocks_total, blocks_used, blocks_free, blocks_cached;
+    int last_batch_tokens;  /* tokens in the last step */
+    double last_step_ms;
+    int chunk_budget;       /* current prompt-chunk budget (adaptive) */
+} kvant_engine_stats;
+void kvant_engine_get_stats(kvant_engine *e, kvant_engine_stats *out);
+
 /* ---- tools: synthetic models and quantization ------------------------------ */
 typedef struct {
     const char *shape;      /* kvant_synth_shape(i) names: "tinyllama-1.1b", ... */

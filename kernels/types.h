@@ -39,7 +39,10 @@ typedef enum {
     KT_F64 = 28,
     KT_BF16 = 30,
     KT_GGML_COUNT = 40,   /* ggml's numbers stay below this */
-    KT_KVANT_BASE = 1024, /* kvant's own types start here */
+    KT_KVANT_BASE = 1024, /* kvant's own types start here:
+                           * 1024..1099  PTQ absmax / zero-point INT-n (compress/ptq)
+                           * 1100..1149  W8A8 / LLM.int8 (compress/int8)
+                           * 1150..1199  2:4 and 4:8 sparse (compress/sparse) */
 } kern_type;
 
 /* y[0..n) = dequantized x;  n a multiple of block_size */

@@ -54,8 +54,12 @@ void model_work_free(model_work *w) {
     free(w);
 }
 
-/* y[T][rows] = x[T][cols] . W^T */
-static void matmul(const model *m, model_work *w, const model_mat *W, const float *x, float *y, int T) {
+/* y[T][rows] = x[T][cols] . W^T  (the linear layer `id` of layer l) */
+static void matmul(const model *m, model_work *w, int l, model_mm_id id, const model_mat *W, const float *x, float *y,
+                   int T) {
+    if (w->tap && id != MODEL_MM_WK && id != MODEL_MM_WV && id != MODEL_MM_UP)
+        w->tap(w->hook_user, l, id, x, T, (int)W->cols);
+    if (w->mm_hook && w->mm_hook(w->hook_user, l, id, W, x, y, T)) return;
     kern_matmul(m->pool, w->mm, W->data, W->type, x, y, T, W->rows, W->cols);
 }
 
@@ -82,9 +86,9 @@ static void forward_chunk(const model *m, model_work *w, kv_store *kv, const int
         /* attention block: x += Wo . attn(rope(Wq xn), rope(Wk xn), Wv xn) */
         for (int t = 0; t < T; t++)
             kern_rmsnorm(w->xb + (size_t)t * C, w->x + (size_t)t * C, L->attn_norm, C, c->norm_eps);
-        matmul(m, w, &L->wq, w->xb, w->q, T);   /* (T, H*D)   */
-        matmul(m, w, &L->wk, w->xb, w->k, T);   /* (T, Hkv*D) */
-        matmul(m, w, &L->wv, w->xb, w->v, T);   /* (T, Hkv*D) */
+        matmul(m, w, l, MODEL_MM_WQ, &L->wq, w->xb, w->q, T);   /* (T, H*D)   */
+        matmul(m, w, l, MODEL_MM_WK, &L->wk, w->xb, w->k, T);   /* (T, Hkv*D) */
+        matmul(m, w, l, MODEL_MM_WV, &L->wv, w->xb, w->v, T);   /* (T, Hkv*D) */
         for (int t = 0; t < T; t++) {
             kern_rope(w->q + (size_t)t * QD, c->n_heads, D, pos0 + t, &rope);
             if (!kv->rope_on_read) kern_rope(w->k + (size_t)t * KVD, c->n_kv_heads, D, pos0 + t, &rope);
@@ -105,16 +109,16 @@ static void forward_chunk(const model *m, model_work *w, kv_store *kv, const int
             if (w->sink_n)
                 for (int h = 0; h < c->n_heads; h++) w->sink_mass[l] += w->sink_head[h];
         }
-        matmul(m, w, &L->wo, w->xb2, w->xb, T);  /* (T, C) */
+        matmul(m, w, l, MODEL_MM_WO, &L->wo, w->xb2, w->xb, T);  /* (T, C) */
         for (size_t i = 0; i < (size_t)T * C; i++) w->x[i] += w->xb[i];
 
         /* feed-forward block: x += W_down . (silu(W_gate xn) * W_up xn) */
         for (int t = 0; t < T; t++)
             kern_rmsnorm(w->xb + (size_t)t * C, w->x + (size_t)t * C, L->ffn_norm, C, c->norm_eps);
-        matmul(m, w, &L->w_gate, w->xb, w->hb, T);  /* (T, F) */
-        matmul(m, w, &L->w_up, w->xb, w->hb2, T);   /* (T, F) */
+        matmul(m, w, l, MODEL_MM_GATE, &L->w_gate, w->xb, w->hb, T);  /* (T, F) */
+        matmul(m, w, l, MODEL_MM_UP, &L->w_up, w->xb, w->hb2, T);   /* (T, F) */
         kern_swiglu(w->hb, w->hb, w->hb2, (int64_t)T * F);
-        matmul(m, w, &L->w_down, w->hb, w->xb, T);  /* (T, C) */
+        matmul(m, w, l, MODEL_MM_DOWN, &L->w_down, w->hb, w->xb, T);  /* (T, C) */
         for (size_t i = 0; i < (size_t)T * C; i++) w->x[i] += w->xb[i];
     }
     if (w->sink_n) w->sink_queries += (int64_t)T * c->n_heads;
@@ -125,7 +129,7 @@ static void forward_chunk(const model *m, model_work *w, kv_store *kv, const int
     const int first = all_logits ? 0 : T - 1, nrows = T - first;
     for (int t = first; t < T; t++)
         kern_rmsnorm(w->xb + (size_t)(t - first) * C, w->x + (size_t)t * C, m->out_norm, C, c->norm_eps);
-    matmul(m, w, &m->output, w->xb, logits, nrows);  /* (nrows, V) */
+    matmul(m, w, -1, MODEL_MM_OUTPUT, &m->output, w->xb, logits, nrows);  /* (nrows, V) */
 }
 
 kvant_code model_forward(const model *m, model_work *w, kv_store *kv, const int32_t *tokens, int n,

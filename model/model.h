@@ -89,6 +89,21 @@ kvant_code model_check_config(const model_config *c, const char *path, kvant_sta
  * token. */
 typedef enum { MODEL_ATTN_FLASH, MODEL_ATTN_NAIVE } model_attn;
 
+/* The linear layers of a layer (and the classifier), for hooks. */
+typedef enum { MODEL_MM_WQ, MODEL_MM_WK, MODEL_MM_WV, MODEL_MM_WO, MODEL_MM_GATE, MODEL_MM_UP, MODEL_MM_DOWN,
+               MODEL_MM_OUTPUT, MODEL_MM_COUNT } model_mm_id;
+
+/* Calibration tap: called with the input x (T rows of `cols` floats) of
+ * every linear layer, before the matmul (wq/wk/wv share one input and
+ * gate/up another, so the tap sees MODEL_MM_WQ and MODEL_MM_GATE for them;
+ * layer = -1 for MODEL_MM_OUTPUT).  Must not keep x. */
+typedef void (*model_tap_fn)(void *user, int layer, model_mm_id mm, const float *x, int T, int cols);
+/* Matmul override: y[T][W->rows] = x[T][W->cols] . W^T computed another way
+ * (LLM.int8, SmoothQuant W8A8, ...).  Returns false to fall through to the
+ * ordinary kernel. */
+typedef bool (*model_mm_fn)(void *user, int layer, model_mm_id mm, const model_mat *W, const float *x, float *y,
+                            int T);
+
 typedef struct {
     int max_T, n_ctx;
     model_attn attn;
@@ -108,6 +123,10 @@ typedef struct {
     double *sink_mass;
     int64_t sink_queries;
     float *sink_head;   /* (H) scratch */
+    /* hooks (NULL: off), see model_tap_fn / model_mm_fn */
+    model_tap_fn tap;
+    model_mm_fn mm_hook;
+    void *hook_user;
 } model_work;
 
 model_work *model_work_new(const model *m, int max_T, int n_ctx, model_attn attn, kvant_status *st);
