@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvant.h"
+#include "api/api.h"
 #include "kernels/types.h"
 #include "kv/paged.h"
 #include "model/model.h"
@@ -11,26 +11,6 @@
 #define KVANT_VERSION "0.1.0"
 #define SEQ_MAX_BATCH 512 /* tokens per forward chunk; longer prompts run in chunks */
 
-struct kvant_model {
-    model *m;
-};
-
-struct kvant_seq {
-    const model *m;
-    kv_store *kv;
-    model_work *work;
-    kvant_seq_params params;
-};
-
-struct kvant_kv_pool {
-    const model *m;
-    kv_pool *pool;
-    int max_ctx;
-};
-
-struct kvant_sampler {
-    sampler *s;
-};
 
 const char *kvant_version(void) { return KVANT_VERSION; }
 int kvant_default_threads(void) { return core_cpu_count(); }

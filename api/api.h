@@ -1,0 +1,32 @@
+/* api/api.h - what the public handles are, for the files of api/ only.
+ * Users see them as opaque (include/kvant.h). */
+#ifndef KVANT_API_INTERNAL_H
+#define KVANT_API_INTERNAL_H
+
+#include "kvant.h"
+#include "kv/paged.h"
+#include "model/model.h"
+#include "sample/sample.h"
+
+struct kvant_model {
+    model *m;
+};
+
+struct kvant_seq {
+    const model *m;
+    kv_store *kv;
+    model_work *work;
+    kvant_seq_params params;
+};
+
+struct kvant_kv_pool {
+    const model *m;
+    kv_pool *pool;
+    int max_ctx;
+};
+
+struct kvant_sampler {
+    sampler *s;
+};
+
+#endif
