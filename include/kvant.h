@@ -377,6 +377,24 @@ int kvant_default_threads(void);
 /* the kernel tier in use: "ref", "scalar", "avx2", "avx512" */
 const char *kvant_kernel_tier(void);
 
+/* ---- pruning (compress/prune.h) ---------------------------------------------- */
+typedef struct {
+    const char *method;     /* "magnitude", "wanda", "sparsegpt", "structured" */
+    float sparsity;         /* fraction removed (unstructured; structured: of FFN neurons / KV groups) */
+    const char *pattern;    /* NULL/"unstructured", "2:4", "4:8" (any "N:M") */
+    bool layerwise;         /* magnitude / Wanda: rank over the whole matrix instead of per row */
+    const char *calib_path; /* calibration text (wanda, sparsegpt, structured) */
+    int calib_tokens;       /* taken from the END of the text; 0: 16384 */
+    int calib_ctx;          /* calibration sequence length; 0: 512 */
+    bool sequential;        /* recollect each layer's inputs through the pruned layers before it */
+    const char *target;     /* structured: "ffn" or "heads" */
+    const char *format;     /* NULL/"dense", "sparse24-f16", "sparse24-q8" (2:4 compressed types) */
+    int n_threads;
+    bool quiet;             /* no per-layer report on stderr */
+} kvant_prune_params;
+/* Prunes a GGUF llama model's layer matrices and writes a loadable GGUF. */
+kvant_code kvant_prune(const char *in_path, const char *out_path, const kvant_prune_params *p, kvant_status *st);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,7 @@
 /* types.c - the one table of tensor types.  Row = ggml type number. */
 #include "kernels/quants.h"
 #include "kernels/types.h"
+#include "kernels/sparse24.h"
 
 static const kern_type_traits g_types[KT_GGML_COUNT] = {
     /* name    block   bytes/block          to_float               from_float_ref       vec_dot_type  vec_dot_ref */
@@ -27,7 +28,16 @@ static const kern_type_traits g_types[KT_GGML_COUNT] = {
     [KT_F64]  = {"F64", 1, 8, 0, 0, 0, 0},
 };
 
+/* kvant's own types, indexed by t - KT_KVANT_BASE */
+static const kern_type_traits g_kvant_types[KT_KVANT_END - KT_KVANT_BASE] = {
+    /* 2:4 sparse (kernels/sparse24.h) */
+    [KT_S24_F16 - KT_KVANT_BASE] = {"S24_F16", QK_S24_F16, sizeof(block_s24_f16), kern_dequant_s24_f16_ref, kern_quant_s24_f16_ref, KT_F32, kern_vec_dot_s24_f16_f32_ref},
+    [KT_S24_Q8 - KT_KVANT_BASE] = {"S24_Q8", QK_S24_Q8, sizeof(block_s24_q8), kern_dequant_s24_q8_ref, kern_quant_s24_q8_ref, KT_Q8_0, kern_vec_dot_s24_q8_q8_0_ref},
+};
+
 const kern_type_traits *kern_type_get(int t) {
+    if (t >= KT_KVANT_BASE && t < KT_KVANT_END)
+        return g_kvant_types[t - KT_KVANT_BASE].name ? &g_kvant_types[t - KT_KVANT_BASE] : 0;
     if (t < 0 || t >= KT_GGML_COUNT || !g_types[t].name) return 0;
     return &g_types[t];
 }

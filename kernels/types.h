@@ -43,6 +43,7 @@ typedef enum {
                            * 1024..1099  PTQ absmax / zero-point INT-n (compress/ptq)
                            * 1100..1149  W8A8 / LLM.int8 (compress/int8)
                            * 1150..1199  2:4 and 4:8 sparse (compress/sparse) */
+    KT_KVANT_END = 1200,  /* kvant's numbers stay below this */
 } kern_type;
 
 /* y[0..n) = dequantized x;  n a multiple of block_size */

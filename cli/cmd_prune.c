@@ -1,0 +1,83 @@
+/* cmd_prune.c - `kvant prune`: pruning and 2:4 sparsity. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+static void prune_help(void) {
+    printf("usage: kvant prune IN.gguf OUT.gguf --method M [--sparsity S] [--pattern P] [--calib TEXT]\n"
+           "                  [--calib-tokens N] [--calib-ctx N] [--sequential] [--layerwise]\n"
+           "                  [--target ffn|heads] [--format F] [-t N] [-q]\n"
+           "\n"
+           "Prunes the layer matrices (attn_q/k/v/output, ffn_gate/up/down; never the\n"
+           "embedding or output matrix) of a GGUF llama model and writes a loadable GGUF\n"
+           "with kvant.prune.* metadata; prints the sparsity achieved per layer.\n"
+           "\n"
+           "  --method M        magnitude  |W|, lowest per output row\n"
+           "                    wanda      |W_ij| * ||X_j||_2 over calibration tokens, per row\n"
+           "                    sparsegpt  OBS with optimal update of the kept weights\n"
+           "                               (H = 2XX^T + 1%% damp, blocks of 128 columns)\n"
+           "                    structured remove whole FFN neurons or KV groups (a KV head\n"
+           "                               with its query heads) by activation-weighted\n"
+           "                               norm: a smaller model (config keys rewritten)\n"
+           "  --sparsity S      fraction removed, 0 <= S < 1 (default 0.5; ignored for N:M)\n"
+           "  --pattern P       unstructured (default), 2:4, 4:8 or any N:M: keep N of every\n"
+           "                    M consecutive weights along the input dimension\n"
+           "  --layerwise       magnitude / wanda: rank over the whole matrix, not per row\n"
+           "  --calib TEXT      calibration text (wanda, sparsegpt, structured); its LAST\n"
+           "                    --calib-tokens tokens are used (default 16384), in sequences\n"
+           "                    of --calib-ctx tokens (default 512)\n"
+           "  --sequential      collect each layer's inputs through the already-pruned\n"
+           "                    layers before it (one calibration pass per layer)\n"
+           "  --target T        structured: ffn (neurons) or heads (KV groups)\n"
+           "  --format F        dense (default: the source type, zeros stored),\n"
+           "                    sparse24-f16 or sparse24-q8 (2:4 compressed types, need\n"
+           "                    --pattern 2:4; rows that do not fit the block stay dense)\n"
+           "  -t N              threads (default: all CPUs)\n"
+           "  -q                no per-layer report\n");
+}
+
+int cmd_prune(int argc, char **argv) {
+    cli_args a = {argc, 1, argv, "kvant prune", false};
+    const char *pos[2] = {0};
+    int npos = 0;
+    kvant_prune_params p = {.sparsity = 0.5f};
+    for (; a.i < argc && !a.error; a.i++) {
+        if (cli_is(&a, "-h", "--help")) { prune_help(); return CLI_OK; }
+        else if (cli_is(&a, "--method", NULL)) p.method = cli_str(&a);
+        else if (cli_is(&a, "--sparsity", NULL)) p.sparsity = cli_float(&a, 0.0f, 0.999f);
+        else if (cli_is(&a, "--pattern", NULL)) p.pattern = cli_str(&a);
+        else if (cli_is(&a, "--layerwise", NULL)) p.layerwise = true;
+        else if (cli_is(&a, "--calib", NULL)) p.calib_path = cli_str(&a);
+        else if (cli_is(&a, "--calib-tokens", NULL)) p.calib_tokens = cli_int(&a, 1, 1 << 26);
+        else if (cli_is(&a, "--calib-ctx", NULL)) p.calib_ctx = cli_int(&a, 2, 1 << 16);
+        else if (cli_is(&a, "--sequential", NULL)) p.sequential = true;
+        else if (cli_is(&a, "--target", NULL)) p.target = cli_str(&a);
+        else if (cli_is(&a, "--format", NULL)) p.format = cli_str(&a);
+        else if (cli_is(&a, "-t", "--threads")) p.n_threads = cli_int(&a, 1, 1024);
+        else if (cli_is(&a, "-q", "--quiet")) p.quiet = true;
+        else if (argv[a.i][0] == '-' && argv[a.i][1]) cli_unknown(&a);
+        else if (npos < 2) pos[npos++] = argv[a.i];
+        else { fprintf(stderr, "kvant prune: too many arguments (see --help)\n"); return CLI_USAGE; }
+    }
+    if (a.error) return CLI_USAGE;
+    if (npos != 2 || !p.method) {
+        fprintf(stderr, "kvant prune: expected IN OUT --method M (see --help)\n");
+        return CLI_USAGE;
+    }
+    if (access(pos[0], R_OK) != 0) {
+        fprintf(stderr, "kvant prune: cannot open %s\n", pos[0]);
+        return CLI_USAGE;
+    }
+    if (p.calib_path && access(p.calib_path, R_OK) != 0) {
+        fprintf(stderr, "kvant prune: cannot open %s\n", p.calib_path);
+        return CLI_USAGE;
+    }
+    kvant_status st;
+    if (kvant_prune(pos[0], pos[1], &p, &st)) {
+        fprintf(stderr, "kvant prune: %s\n", st.msg);
+        return st.code == KVANT_ERR_ARG ? CLI_USAGE : cli_status_exit(&st);
+    }
+    return CLI_OK;
+}

@@ -1,0 +1,66 @@
+/* kernels/sparse24.h - 2:4 semi-structured sparse weight types.
+ *
+ * In every group of 4 consecutive weights of a row (along K, the input
+ * dimension) at most 2 are non-zero; only those 2 values are stored, in
+ * order, with the 2-bit position (0..3) of each inside its group.
+ *
+ *   S24_F16 (type 1150): blocks of 32 weights = 8 groups = 16 kept values:
+ *     idx (u32): bits 2k..2k+1 = position of kept value k (group k/2);
+ *     v[16]: the kept values as IEEE halves.  36 bytes per 32 weights
+ *     (9 bits/weight; F16 dense: 16).  Pairs with F32 activations: the
+ *     kernel gathers the 2 activations of each group (no activation
+ *     rounding at all).
+ *   S24_Q8 (type 1151): blocks of 64 weights = 16 groups = 32 kept values:
+ *     d (half): scale, value = q * d (q in -127..127, absmax over the 32
+ *     kept values); idx[8]: 64 bits of positions, laid out for AVX2 (read
+ *     as two little-endian u32 words w[0], w[1]): kept value j has its
+ *     position at bit 8*(j%4) + 2*((j/4)%4) of word j/16; q[32]: the kept
+ *     values.  42 bytes per 64 weights (5.25 bits/weight; Q8_0: 8.5).
+ *     Pairs with Q8_0 activations (kept values 0..15 meet activation block
+ *     2b, 16..31 block 2b+1, as integer dot products).
+ * Within a group the two kept positions are ascending and distinct; a
+ * group with fewer than 2 non-zeros stores zeros at some unused position.
+ * from_float keeps the 2 largest |x| of each group (ties: lower position):
+ * it is exact on rows that already satisfy 2:4. */
+#ifndef KVANT_KERNELS_SPARSE24_H
+#define KVANT_KERNELS_SPARSE24_H
+
+#include <assert.h>
+#include <stdint.h>
+
+#include "kernels/types.h"
+
+#define KT_S24_F16 1150
+#define KT_S24_Q8 1151
+
+#define QK_S24_F16 32
+#define QK_S24_Q8 64
+
+typedef struct {
+    uint32_t idx;
+    uint16_t v[QK_S24_F16 / 2];
+} block_s24_f16;
+static_assert(sizeof(block_s24_f16) == 4 + QK_S24_F16, "block_s24_f16 size");
+
+typedef struct {
+    uint16_t d;
+    uint8_t idx[8];
+    int8_t q[QK_S24_Q8 / 2];
+} block_s24_q8;
+static_assert(sizeof(block_s24_q8) == 2 + 8 + QK_S24_Q8 / 2, "block_s24_q8 size");
+
+/* position (0..3 within its group) of kept value j of an S24_Q8 block */
+static inline int kern_s24q8_pos(const block_s24_q8 *b, int j) {
+    const int w = j / 16, bit = 8 * (j % 4) + 2 * ((j / 4) % 4);
+    return (b->idx[4 * w + bit / 8] >> (bit % 8)) & 3;
+}
+
+/* _ref rows of the type table (kernels/types.c) */
+void kern_dequant_s24_f16_ref(const void *x, float *y, int64_t n);
+void kern_quant_s24_f16_ref(const float *x, void *y, int64_t n);
+void kern_vec_dot_s24_f16_f32_ref(int64_t n, float *s, const void *x, const void *y);
+void kern_dequant_s24_q8_ref(const void *x, float *y, int64_t n);
+void kern_quant_s24_q8_ref(const float *x, void *y, int64_t n);
+void kern_vec_dot_s24_q8_q8_0_ref(int64_t n, float *s, const void *x, const void *y);
+
+#endif
