@@ -8,7 +8,7 @@
 kvant_code kvant_prune(const char *in_path, const char *out_path, const kvant_prune_params *p, kvant_status *st) {
     core_ok(st);
     prune_params q = {.sparsity = p->sparsity, .layerwise = p->layerwise, .calib_path = p->calib_path,
-                      .calib_tokens = p->calib_tokens, .calib_ctx = p->calib_ctx, .sequential = p->sequential,
+                      .calib_tokens = p->calib_tokens, .calib_ctx = p->calib_ctx, .sequential = p->sequential, .block = p->block,
                       .target = p->target, .format = p->format, .n_threads = p->n_threads, .quiet = p->quiet};
     static const char *methods[] = {"magnitude", "wanda", "sparsegpt", "structured"};
     int mi = -1;

@@ -7,7 +7,7 @@
 
 static void prune_help(void) {
     printf("usage: kvant prune IN.gguf OUT.gguf --method M [--sparsity S] [--pattern P] [--calib TEXT]\n"
-           "                  [--calib-tokens N] [--calib-ctx N] [--sequential] [--layerwise]\n"
+           "                  [--calib-tokens N] [--calib-ctx N] [--sequential] [--block N] [--layerwise]\n"
            "                  [--target ffn|heads] [--format F] [-t N] [-q]\n"
            "\n"
            "Prunes the layer matrices (attn_q/k/v/output, ffn_gate/up/down; never the\n"
@@ -30,6 +30,9 @@ static void prune_help(void) {
            "                    of --calib-ctx tokens (default 512)\n"
            "  --sequential      collect each layer's inputs through the already-pruned\n"
            "                    layers before it (one calibration pass per layer)\n"
+           "  --block N         sparsegpt: columns per block (default 128; a multiple of M\n"
+           "                    for N:M); masks are chosen per block after the updates of\n"
+           "                    the blocks before it\n"
            "  --target T        structured: ffn (neurons) or heads (KV groups)\n"
            "  --format F        dense (default: the source type, zeros stored),\n"
            "                    sparse24-f16 or sparse24-q8 (2:4 compressed types, need\n"
@@ -53,6 +56,7 @@ int cmd_prune(int argc, char **argv) {
         else if (cli_is(&a, "--calib-tokens", NULL)) p.calib_tokens = cli_int(&a, 1, 1 << 26);
         else if (cli_is(&a, "--calib-ctx", NULL)) p.calib_ctx = cli_int(&a, 2, 1 << 16);
         else if (cli_is(&a, "--sequential", NULL)) p.sequential = true;
+        else if (cli_is(&a, "--block", NULL)) p.block = cli_int(&a, 1, 1 << 16);
         else if (cli_is(&a, "--target", NULL)) p.target = cli_str(&a);
         else if (cli_is(&a, "--format", NULL)) p.format = cli_str(&a);
         else if (cli_is(&a, "-t", "--threads")) p.n_threads = cli_int(&a, 1, 1024);

@@ -70,6 +70,7 @@ typedef struct {
     int calib_tokens;        /* tokens taken from the END of the calib text (default 16384) */
     int calib_ctx;           /* sequence length for calibration (default 512) */
     bool sequential;         /* recollect each layer's inputs from the already-pruned layers */
+    int block;               /* SparseGPT column block (0: 128) */
     const char *target;      /* structured: "ffn" or "heads" */
     const char *format;      /* NULL/"dense": the source type with zeros; "sparse24-f16",
                               * "sparse24-q8": 2:4 compressed types (needs 2:4) */

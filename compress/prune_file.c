@@ -383,7 +383,7 @@ kvant_code prune_file(const char *in_path, const char *out_path, const prune_par
     }
 
     prune_opts o = {.method = p->method, .sparsity = p->sparsity, .nm_keep = p->nm_keep, .nm_group = p->nm_group,
-                    .layerwise = p->layerwise, .pool = pool};
+                    .layerwise = p->layerwise, .block = p->block, .pool = pool};
     int n_fallback = 0;
     double tot_zero = 0, tot_n = 0;
     for (int l = 0; rc == KVANT_OK && l < L; l++) {

@@ -387,6 +387,7 @@ typedef struct {
     int calib_tokens;       /* taken from the END of the text; 0: 16384 */
     int calib_ctx;          /* calibration sequence length; 0: 512 */
     bool sequential;        /* recollect each layer's inputs through the pruned layers before it */
+    int block;              /* SparseGPT column block; 0: 128 */
     const char *target;     /* structured: "ffn" or "heads" */
     const char *format;     /* NULL/"dense", "sparse24-f16", "sparse24-q8" (2:4 compressed types) */
     int n_threads;
