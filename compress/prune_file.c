@@ -318,9 +318,16 @@ kvant_code prune_file(const char *in_path, const char *out_path, const prune_par
         size_t len;
         char *text = read_text(p->calib_path, &len, st);
         if (!text) { rc = st->code; goto done; }
-        const int cap = (int)(len < (size_t)INT32_MAX / 2 ? len : (size_t)INT32_MAX / 2) + 16;
+        if (len > (size_t)INT32_MAX / 8) { free(text); rc = core_fail(st, KVANT_ERR_ARG, "%s: text too long", p->calib_path); goto done; }
+        int cap = (int)len + 16;
         toks = malloc((size_t)cap * sizeof *toks);
-        const int nt = toks ? tok_encode(m->tok, text, len, false, false, toks, cap) : -1;
+        int nt = toks ? tok_encode(m->tok, text, len, false, false, toks, cap) : -1;
+        if (nt < -1) { /* byte fallback can give more tokens than bytes: -(needed) */
+            free(toks);
+            cap = -nt;
+            toks = malloc((size_t)cap * sizeof *toks);
+            nt = toks ? tok_encode(m->tok, text, len, false, false, toks, cap) : -1;
+        }
         free(text);
         if (nt <= 1) { rc = core_fail(st, KVANT_ERR_ARG, "cannot tokenize %s", p->calib_path); goto done; }
         const int want = p->calib_tokens > 0 ? p->calib_tokens : 16384;
@@ -416,7 +423,19 @@ kvant_code prune_file(const char *in_path, const char *out_path, const prune_par
                 out = fbuf2;
             } else {
                 const prune_stats *s = need_calib ? &stats[l * N_SLOTS + k_mats[i].slot] : NULL;
-                if ((rc = prune_matrix(fbuf, R, K, s, &o, NULL, NULL, st))) {
+                prune_opts oi = o;
+                if (o.nm_group && K % o.nm_group) { /* the same sparsity in the largest N:M that fits, else unstructured */
+                    int n = o.nm_keep, g = o.nm_group;
+                    while (g % 2 == 0 && n % 2 == 0 && K % g) { g /= 2; n /= 2; }
+                    if (K % g == 0) { oi.nm_keep = n; oi.nm_group = g; }
+                    else { oi.nm_group = 0; oi.sparsity = 1.0f - (float)o.nm_keep / (float)o.nm_group; }
+                    n_fallback++;
+                    if (!p->quiet)
+                        fprintf(stderr, "note: %s: %lld columns do not divide the group of %d; pruned %s%d:%d\n", name,
+                                (long long)K, o.nm_group, oi.nm_group ? "" : "unstructured instead of ",
+                                oi.nm_group ? oi.nm_keep : o.nm_keep, oi.nm_group ? oi.nm_group : o.nm_group);
+                }
+                if ((rc = prune_matrix(fbuf, R, K, s, &oi, NULL, NULL, st))) {
                     char msg[sizeof st->msg];
                     snprintf(msg, sizeof msg, "%s", st->msg);
                     core_fail(st, rc, "%s: %s", name, msg);
@@ -451,7 +470,7 @@ kvant_code prune_file(const char *in_path, const char *out_path, const prune_par
     }
     if (rc == KVANT_OK) rc = gguf_writer_write_file(w, out_path, st);
     if (rc == KVANT_OK && !p->quiet) {
-        fprintf(stderr, "pruned %s -> %s: %s %s", in_path, out_path, method_name(p->method), pat);
+        fprintf(stderr, "pruned %s -> %s: %s %s", in_path, out_path, method_name(p->method), structured ? p->target : pat);
         if (structured)
             fprintf(stderr, " (%s: FFN %d -> %d, heads %d -> %d, KV heads %d -> %d)", p->target, c->hidden_dim, plan.F2,
                     c->n_heads, plan.H2, c->n_kv_heads, plan.Hkv2);
