@@ -24,12 +24,13 @@ void kern_quant_s24_f16_ref(const float *x, void *vy, int64_t n) {
     block_s24_f16 *y = vy;
     for (int64_t b = 0; b < n / QK_S24_F16; b++, x += QK_S24_F16) {
         uint32_t idx = 0;
-        for (int g = 0; g < QK_S24_F16 / 4; g++) {
+        for (int k = 0; k < QK_S24_F16 / 2; k += 2) { /* slots k, k+1: the two kept of one group */
+            const int g = 4 * (k / 8) + kern_s24f16_grp[k % 8];
             int p0, p1;
             keep2(x + 4 * g, &p0, &p1);
-            idx |= (uint32_t)p0 << (4 * g) | (uint32_t)p1 << (4 * g + 2);
-            y[b].v[2 * g] = kern_fp32_to_fp16(x[4 * g + p0]);
-            y[b].v[2 * g + 1] = kern_fp32_to_fp16(x[4 * g + p1]);
+            idx |= (uint32_t)p0 << (2 * k) | (uint32_t)p1 << (2 * k + 2);
+            y[b].v[k] = kern_fp32_to_fp16(x[4 * g + p0]);
+            y[b].v[k + 1] = kern_fp32_to_fp16(x[4 * g + p1]);
         }
         y[b].idx = idx;
     }
@@ -39,18 +40,19 @@ void kern_dequant_s24_f16_ref(const void *vx, float *y, int64_t n) {
     const block_s24_f16 *x = vx;
     for (int64_t b = 0; b < n / QK_S24_F16; b++, y += QK_S24_F16) {
         memset(y, 0, QK_S24_F16 * sizeof *y);
-        for (int k = 0; k < QK_S24_F16 / 2; k++) y[4 * (k / 2) + ((x[b].idx >> (2 * k)) & 3)] += kern_fp16_to_fp32(x[b].v[k]);
+        for (int k = 0; k < QK_S24_F16 / 2; k++)
+            y[16 * (k / 8) + 4 * kern_s24f16_grp[k % 8] + ((x[b].idx >> (2 * k)) & 3)] += kern_fp16_to_fp32(x[b].v[k]);
     }
 }
 
-/* y: n floats.  Sum in kept-value order. */
+/* y: n floats.  Sum in slot order. */
 void kern_vec_dot_s24_f16_f32_ref(int64_t n, float *s, const void *vx, const void *vy) {
     const block_s24_f16 *x = vx;
     const float *y = vy;
     float sum = 0.0f;
     for (int64_t b = 0; b < n / QK_S24_F16; b++, y += QK_S24_F16)
         for (int k = 0; k < QK_S24_F16 / 2; k++)
-            sum += kern_fp16_to_fp32(x[b].v[k]) * y[4 * (k / 2) + ((x[b].idx >> (2 * k)) & 3)];
+            sum += kern_fp16_to_fp32(x[b].v[k]) * y[16 * (k / 8) + 4 * kern_s24f16_grp[k % 8] + ((x[b].idx >> (2 * k)) & 3)];
     *s = sum;
 }
 

@@ -5,11 +5,13 @@
  * order, with the 2-bit position (0..3) of each inside its group.
  *
  *   S24_F16 (type 1150): blocks of 32 weights = 8 groups = 16 kept values:
- *     idx (u32): bits 2k..2k+1 = position of kept value k (group k/2);
- *     v[16]: the kept values as IEEE halves.  36 bytes per 32 weights
- *     (9 bits/weight; F16 dense: 16).  Pairs with F32 activations: the
- *     kernel gathers the 2 activations of each group (no activation
- *     rounding at all).
+ *     v[16]: the kept values as IEEE halves, in slots: slot k (0..15)
+ *     holds a value of group 4*(k/8) + kern_s24f16_grp[k%8] (groups 0,0,
+ *     2,2,1,1,3,3 of each half block: the order in-lane vpermilps yields);
+ *     idx (u32): bits 2k..2k+1 = position (0..3) in its group of slot k's
+ *     value.  36 bytes per 32 weights (9 bits/weight; F16 dense: 16).
+ *     Pairs with F32 activations: the kernel gathers the 2 activations of
+ *     each group (no activation rounding at all).
  *   S24_Q8 (type 1151): blocks of 64 weights = 16 groups = 32 kept values:
  *     d (half): scale, value = q * d (q in -127..127, absmax over the 32
  *     kept values); idx[8]: 64 bits of positions, laid out for AVX2 (read
@@ -48,6 +50,9 @@ typedef struct {
     int8_t q[QK_S24_Q8 / 2];
 } block_s24_q8;
 static_assert(sizeof(block_s24_q8) == 2 + 8 + QK_S24_Q8 / 2, "block_s24_q8 size");
+
+/* S24_F16: the group (0..3 within its half block of 16 weights) of slot k % 8 */
+static const int kern_s24f16_grp[8] = {0, 0, 2, 2, 1, 1, 3, 3};
 
 /* position (0..3 within its group) of kept value j of an S24_Q8 block */
 static inline int kern_s24q8_pos(const block_s24_q8 *b, int j) {

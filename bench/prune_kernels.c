@@ -1,0 +1,64 @@
+/* bench/prune_kernels.c - compute cost of the 2:4 sparse dot products vs
+ * their dense peers, data in cache (so memory bandwidth does not count):
+ * ns per dense weight for vec_dot (decode) and per weight x column for
+ * gemm tiles (prefill), one thread, the active kernel tier.
+ *   usage: kvant-prune-kernels [K=2048] [ROWS=64] [REPS=200] */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/core.h"
+#include "kernels/kernels.h"
+#include "kernels/sparse24.h"
+
+static float frand(unsigned *s) { *s = *s * 1664525u + 1013904223u; return (float)(*s >> 8) / 16777216.0f - 0.5f; }
+
+static double run(int type, int64_t K, int rows, int reps, bool gemm) {
+    const kern_type_traits *tt = kern_type_get(type);
+    const kern_type_ops *o = kern_ops(type), *ao = kern_ops(tt->vec_dot_type);
+    const size_t rb = kern_row_bytes(type, K), ab = kern_row_bytes(tt->vec_dot_type, K);
+    float *f = malloc(sizeof(float) * K);
+    uint8_t *w = malloc(rb * rows), *a = malloc(ab * 4);
+    unsigned s = 1;
+    for (int r = 0; r < rows; r++) {
+        for (int64_t k = 0; k < K; k++) f[k] = (k % 4 < 2 || type < 1000) ? frand(&s) : 0.0f;
+        tt->from_float_ref(f, w + r * rb, K);
+    }
+    for (int c = 0; c < 4; c++) {
+        for (int64_t k = 0; k < K; k++) f[k] = frand(&s);
+        if (tt->vec_dot_type == KT_F32) memcpy(a + c * ab, f, ab);
+        else ao->from_float(f, a + c * ab, K);
+    }
+    float y[16], sink = 0;
+    double best = 1e30;
+    for (int t = 0; t < 5; t++) {
+        const double t0 = core_time_ms();
+        for (int i = 0; i < reps; i++)
+            for (int r = 0; r < rows; r += 4) {
+                if (gemm && o->gemm) o->gemm(K, 4, 4, y, 4, w + r * rb, rb, a, ab);
+                else if (gemm) for (int rr = 0; rr < 4; rr++) for (int c = 0; c < 4; c++) o->vec_dot(K, &y[c * 4 + rr], w + (r + rr) * rb, a + c * ab);
+                else for (int rr = 0; rr < 4; rr++) o->vec_dot(K, &y[rr], w + (r + rr) * rb, a);
+                sink += y[0];
+            }
+        const double ms = core_time_ms() - t0;
+        if (ms < best) best = ms;
+    }
+    free(f); free(w); free(a);
+    if (sink == 12345.0f) printf(" ");
+    return best * 1e6 / ((double)reps * rows * K * (gemm ? 4 : 1));
+}
+
+int main(int argc, char **argv) {
+    const int64_t K = argc > 1 ? atoll(argv[1]) : 2048;
+    const int rows = argc > 2 ? atoi(argv[2]) : 64, reps = argc > 3 ? atoi(argv[3]) : 200;
+    printf("tier %s, K %lld, %d rows, one thread; ns per dense weight (gemm: per weight x column)\n",
+           kern_tier_name(kern_active_tier()), (long long)K, rows);
+    const int pairs[][2] = {{KT_F16, KT_S24_F16}, {KT_Q8_0, KT_S24_Q8}};
+    for (int p = 0; p < 2; p++) {
+        double dv = run(pairs[p][0], K, rows, reps, false), sv = run(pairs[p][1], K, rows, reps, false);
+        double dg = run(pairs[p][0], K, rows, reps, true), sg = run(pairs[p][1], K, rows, reps, true);
+        printf("%-8s vec_dot %.4f  gemm 4x4 %.4f\n", kern_type_name(pairs[p][0]), dv, dg);
+        printf("%-8s vec_dot %.4f  gemm 4x4 %.4f   (sparse/dense: vec_dot %.2f, gemm %.2f)\n",
+               kern_type_name(pairs[p][1]), sv, sg, sv / dv, sg / dg);
+    }
+    return 0;
+}
