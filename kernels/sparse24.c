@@ -90,20 +90,48 @@ void kern_dequant_s24_q8_ref(const void *vx, float *y, int64_t n) {
     }
 }
 
-/* y: n / 32 Q8_0 blocks.  Per weight block: two exact integer sums (one
- * per activation block), each scaled by d_w * d_a, summed in block order. */
-void kern_vec_dot_s24_q8_q8_0_ref(int64_t n, float *s, const void *vx, const void *vy) {
+/* the activation byte at dense position i (0..63) of an S24_A8 block */
+static int8_t a8_at(const block_s24_a8 *a, int i) {
+    const int half = i / 32, k = i % 32; /* lane `half` of x (k < 16) or y */
+    return k < 16 ? a->x[16 * half + k] : a->y[16 * half + k - 16];
+}
+
+void kern_quant_s24_a8_ref(const float *x, void *vy, int64_t n) {
+    block_s24_a8 *y = vy;
+    for (int64_t b = 0; b < n / QK_S24_Q8; b++, x += QK_S24_Q8) {
+        for (int h = 0; h < 2; h++) {
+            float amax = 0.0f;
+            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * h + i]));
+            const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
+            for (int k = 0; k < 4; k++) y[b].d[4 * h + k] = d;
+            for (int i = 0; i < 32; i++) {
+                const int8_t q = (int8_t)roundf(x[32 * h + i] * id);
+                if (i < 16) y[b].x[16 * h + i] = q;
+                else y[b].y[16 * h + i - 16] = q;
+            }
+        }
+    }
+}
+
+void kern_dequant_s24_a8_ref(const void *vx, float *y, int64_t n) {
+    const block_s24_a8 *x = vx;
+    for (int64_t b = 0; b < n / QK_S24_Q8; b++, y += QK_S24_Q8)
+        for (int i = 0; i < QK_S24_Q8; i++) y[i] = (float)a8_at(&x[b], i) * x[b].d[4 * (i / 32)];
+}
+
+/* y: n / 64 S24_A8 blocks.  Per weight block: two exact integer sums (one
+ * per half of 32 activations), each scaled by d_w * d_a, summed in order. */
+void kern_vec_dot_s24_q8_a8_ref(int64_t n, float *s, const void *vx, const void *vy) {
     const block_s24_q8 *x = vx;
-    const block_q8_0 *y = vy;
+    const block_s24_a8 *y = vy;
     float sum = 0.0f;
     for (int64_t b = 0; b < n / QK_S24_Q8; b++) {
         const float dw = kern_fp16_to_fp32(x[b].d);
         for (int h = 0; h < 2; h++) {
-            const block_q8_0 *a = &y[2 * b + h];
             int32_t isum = 0;
             for (int j = 16 * h; j < 16 * h + 16; j++)
-                isum += (int32_t)x[b].q[j] * a->qs[4 * ((j % 16) / 2) + kern_s24q8_pos(&x[b], j)];
-            sum += (float)isum * (dw * kern_fp16_to_fp32(a->d));
+                isum += (int32_t)x[b].q[j] * a8_at(&y[b], 4 * (j / 2) + kern_s24q8_pos(&x[b], j));
+            sum += (float)isum * (dw * y[b].d[4 * h]);
         }
     }
     *s = sum;

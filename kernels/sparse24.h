@@ -18,8 +18,14 @@
  *     as two little-endian u32 words w[0], w[1]): kept value j has its
  *     position at bit 8*(j%4) + 2*((j/4)%4) of word j/16; q[32]: the kept
  *     values.  42 bytes per 64 weights (5.25 bits/weight; Q8_0: 8.5).
- *     Pairs with Q8_0 activations (kept values 0..15 meet activation block
- *     2b, 16..31 block 2b+1, as integer dot products).
+ *     Pairs with S24_A8 activations (kept values 0..15 meet the first 32
+ *     activations, 16..31 the next 32, as integer dot products).
+ *   S24_A8 (type 1152, activations only): blocks of 64 = two halves of 32,
+ *     each with its own scale (absmax / 127, kept as float), laid out for
+ *     the S24_Q8 kernel: d[8] = the first half's scale 4 times, then the
+ *     second's; x[32] = q[0..16) q[32..48), y[32] = q[16..32) q[48..64), so
+ *     each 128-bit lane of x and y holds what the same lane of the weights
+ *     needs (no lane-crossing shuffles, no scale conversions per block).
  * Within a group the two kept positions are ascending and distinct; a
  * group with fewer than 2 non-zeros stores zeros at some unused position.
  * from_float keeps the 2 largest |x| of each group (ties: lower position):
@@ -34,6 +40,7 @@
 
 #define KT_S24_F16 1150
 #define KT_S24_Q8 1151
+#define KT_S24_A8 1152
 
 #define QK_S24_F16 32
 #define QK_S24_Q8 64
@@ -51,6 +58,12 @@ typedef struct {
 } block_s24_q8;
 static_assert(sizeof(block_s24_q8) == 2 + 8 + QK_S24_Q8 / 2, "block_s24_q8 size");
 
+typedef struct {
+    float d[8];
+    int8_t x[32], y[32];
+} block_s24_a8;
+static_assert(sizeof(block_s24_a8) == 32 + 64, "block_s24_a8 size");
+
 /* S24_F16: the group (0..3 within its half block of 16 weights) of slot k % 8 */
 static const int kern_s24f16_grp[8] = {0, 0, 2, 2, 1, 1, 3, 3};
 
@@ -66,6 +79,8 @@ void kern_quant_s24_f16_ref(const float *x, void *y, int64_t n);
 void kern_vec_dot_s24_f16_f32_ref(int64_t n, float *s, const void *x, const void *y);
 void kern_dequant_s24_q8_ref(const void *x, float *y, int64_t n);
 void kern_quant_s24_q8_ref(const float *x, void *y, int64_t n);
-void kern_vec_dot_s24_q8_q8_0_ref(int64_t n, float *s, const void *x, const void *y);
+void kern_vec_dot_s24_q8_a8_ref(int64_t n, float *s, const void *x, const void *y);
+void kern_dequant_s24_a8_ref(const void *x, float *y, int64_t n);
+void kern_quant_s24_a8_ref(const float *x, void *y, int64_t n);
 
 #endif

@@ -10,12 +10,13 @@
  *    (slot groups 0,0,2,2,1,1,3,3).  vpermilps reads only the low 2 bits
  *    of each index lane, so the index is the idx word shifted per lane,
  *    nothing more.  (vpermps, lane-crossing, is ~4x slower on Zen 3.)
- *  - S24_Q8 x Q8_0: 32 kept int8 values (64 activations, two Q8_0 blocks)
- *    per step; the activation blocks are regrouped by 128-bit halves, two
- *    vpshufb pick the bytes (index = 4*group + position from the idx words
- *    with a permute, a variable shift and an AND), one blend, then the
- *    usual vpmaddubsw / vpmaddwd integer dot; dwords 0-3 belong to the
- *    first activation block, 4-7 to the second, each scaled by d_w * d_a.
+ *  - S24_Q8 x S24_A8: 32 kept int8 values (64 activations) per step; the
+ *    activations are stored by 128-bit lanes as the weights need them, so
+ *    two vpshufb pick the bytes (index = 4*group + position from the idx
+ *    words with a permute, a variable shift, an AND and an add), one
+ *    blend, then the usual vpmaddubsw / vpmaddwd integer dot; dwords 0-3
+ *    belong to the first half of the activations, 4-7 to the second, each
+ *    scaled by d_w * d_a (d_a stored as 4 + 4 floats).
  *    Exact integer sums as _ref when the activation bytes are in
  *    [-127, 127] (every Q8_0 quantizer here guarantees it).
  * Float results differ from _ref only by summation order (bound: tests/
@@ -91,7 +92,7 @@ INLINE void tile_f16(int64_t n, const int R, const int C, float *y, size_t ldy, 
                                                    _mm256_add_ps(acc[r][c][2], acc[r][c][3])));
 }
 
-/* ---- S24_Q8 x Q8_0 ------------------------------------------------------------- */
+/* ---- S24_Q8 x S24_A8 ----------------------------------------------------------- */
 INLINE void tile_q8(int64_t n, const int R, const int C, float *y, size_t ldy, const void *x, size_t bx,
                     const void *a, size_t ba) {
     const __m256i perm = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
@@ -116,16 +117,14 @@ INLINE void tile_q8(int64_t n, const int R, const int C, float *y, size_t ldy, c
             idx[r] = _mm256_add_epi8(_mm256_and_si256(_mm256_srlv_epi32(m, sh), three), off);
         }
         for (int c = 0; c < C; c++) {
-            const block_q8_0 *ab = (const block_q8_0 *)((const uint8_t *)a + c * ba) + 2 * b;
-            const __m256i A0 = _mm256_loadu_si256((const __m256i *)ab[0].qs);
-            const __m256i A1 = _mm256_loadu_si256((const __m256i *)ab[1].qs);
-            const __m256i X = _mm256_permute2x128_si256(A0, A1, 0x20), Y = _mm256_permute2x128_si256(A0, A1, 0x31);
-            const float da0 = _cvtsh_ss(ab[0].d), da1 = _cvtsh_ss(ab[1].d);
+            const block_s24_a8 *ab = (const block_s24_a8 *)((const uint8_t *)a + c * ba) + b;
+            const __m256i X = _mm256_loadu_si256((const __m256i *)ab->x), Y = _mm256_loadu_si256((const __m256i *)ab->y);
+            const __m256 da = _mm256_loadu_ps(ab->d);
             for (int r = 0; r < R; r++) {
                 const __m256i g = _mm256_blend_epi32(_mm256_shuffle_epi8(X, idx[r]), _mm256_shuffle_epi8(Y, idx[r]), 0xCC);
                 const __m256i p16 = _mm256_maddubs_epi16(wabs[r], _mm256_sign_epi8(g, wq[r]));
                 const __m256i p32 = _mm256_madd_epi16(p16, ones);
-                const __m256 sc = _mm256_set_m128(_mm_set1_ps(dw[r] * da1), _mm_set1_ps(dw[r] * da0));
+                const __m256 sc = _mm256_mul_ps(_mm256_set1_ps(dw[r]), da);
                 acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), sc, acc[r][c]);
             }
         }
@@ -157,7 +156,51 @@ INLINE void tile_q8(int64_t n, const int R, const int C, float *y, size_t ldy, c
 ENTRIES(s24_f16, tile_f16)
 ENTRIES(s24_q8, tile_q8)
 
-void kern_sparse24_avx2_install(kern_type_ops *f16, kern_type_ops *q8) {
+/* ---- S24_A8 activations: x n floats -> blocks of 64 ------------------------------ */
+/* roundf, exactly (as kernels/vec_dot_avx2.c): truncate, then step away from
+ * zero where |remainder| >= 0.5 (exact for |v| < 2^23) */
+static inline __m256 round_away(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 r = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    const __m256 step = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
+    return _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(r, _mm256_set1_ps(0.5f), _CMP_GE_OQ), step));
+}
+
+/* 32 floats -> q[32] = round(x / d), d = amax / 127 (the same bytes as _ref) */
+static inline float quant_half(const float *x, int8_t *q) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], amax = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), amax);
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.0f, id = d ? 1.0f / d : 0.0f;
+    const __m256 mul = _mm256_set1_ps(id);
+    __m256i i[4];
+    for (int k = 0; k < 4; k++) i[k] = _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v[k], mul)));
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    return d;
+}
+
+static void quant_s24_a8(const float *x, void *vy, int64_t n) {
+    block_s24_a8 *y = vy;
+    for (int64_t b = 0; b < n / QK_S24_Q8; b++, x += QK_S24_Q8)
+        for (int h = 0; h < 2; h++) {
+            int8_t q[32];
+            const float d = quant_half(x + 32 * h, q);
+            for (int k = 0; k < 4; k++) y[b].d[4 * h + k] = d;
+            memcpy(y[b].x + 16 * h, q, 16);
+            memcpy(y[b].y + 16 * h, q + 16, 16);
+        }
+}
+
+void kern_sparse24_avx2_install(kern_type_ops *f16, kern_type_ops *q8, kern_type_ops *a8) {
+    a8->from_float = quant_s24_a8;
     f16->vec_dot = vec_dot_s24_f16;
     f16->gemm = gemm_s24_f16;
     q8->vec_dot = vec_dot_s24_q8;

@@ -32,7 +32,8 @@ static const kern_type_traits g_types[KT_GGML_COUNT] = {
 static const kern_type_traits g_kvant_types[KT_KVANT_END - KT_KVANT_BASE] = {
     /* 2:4 sparse (kernels/sparse24.h) */
     [KT_S24_F16 - KT_KVANT_BASE] = {"S24_F16", QK_S24_F16, sizeof(block_s24_f16), kern_dequant_s24_f16_ref, kern_quant_s24_f16_ref, KT_F32, kern_vec_dot_s24_f16_f32_ref},
-    [KT_S24_Q8 - KT_KVANT_BASE] = {"S24_Q8", QK_S24_Q8, sizeof(block_s24_q8), kern_dequant_s24_q8_ref, kern_quant_s24_q8_ref, KT_Q8_0, kern_vec_dot_s24_q8_q8_0_ref},
+    [KT_S24_Q8 - KT_KVANT_BASE] = {"S24_Q8", QK_S24_Q8, sizeof(block_s24_q8), kern_dequant_s24_q8_ref, kern_quant_s24_q8_ref, KT_S24_A8, kern_vec_dot_s24_q8_a8_ref},
+    [KT_S24_A8 - KT_KVANT_BASE] = {"S24_A8", QK_S24_Q8, sizeof(block_s24_a8), kern_dequant_s24_a8_ref, kern_quant_s24_a8_ref, KT_S24_A8, 0},
 };
 
 const kern_type_traits *kern_type_get(int t) {

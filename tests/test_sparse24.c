@@ -40,12 +40,28 @@ static void test_table(void **state) {
     assert_int_equal(kern_row_bytes(KT_S24_Q8, 2048), 2048 / 64 * 42);
     assert_int_equal(kern_row_bytes(KT_S24_Q8, 96), 0);
     assert_int_equal(f->vec_dot_type, KT_F32);
-    assert_int_equal(q->vec_dot_type, KT_Q8_0);
+    assert_int_equal(q->vec_dot_type, KT_S24_A8);
+    assert_string_equal(kern_type_get(KT_S24_A8)->name, "S24_A8");
     assert_null(kern_type_get(1160));
     assert_null(kern_type_get(KT_KVANT_END));
     for (int t = 0; t < KERN_TIER_COUNT; t++) {
         const kern_type_ops *o = kern_ops_tier(KT_S24_F16, (kern_tier)t);
         if (o) assert_non_null(o->vec_dot);
+    }
+    /* the activation quantizer of every tier writes _ref's bytes (ties included) */
+    enum { N = 256 };
+    float x[N];
+    for (int i = 0; i < N; i++) x[i] = frand() * 5.0f;
+    x[3] = 0.5f * (5.0f / 127.0f) * 3.0f; /* a few exact ties after scaling are likely at 1.5 d */
+    for (int i = 64; i < 96; i++) x[i] = 0.0f; /* an all-zero half */
+    block_s24_a8 ref[N / 64], got[N / 64];
+    kern_quant_s24_a8_ref(x, ref, N);
+    for (int t = 0; t < KERN_TIER_COUNT; t++) {
+        const kern_type_ops *o = kern_ops_tier(KT_S24_A8, (kern_tier)t);
+        if (!o) continue;
+        memset(got, 0x55, sizeof got);
+        o->from_float(x, got, N);
+        assert_memory_equal(ref, got, sizeof ref);
     }
 }
 
@@ -167,7 +183,7 @@ static void test_dots(void **state) {
 
 /* kern_matmul (fast, threaded, quantized activations) on compressed weights
  * vs kern_matmul_ref (dequantized weights, float activations).  Bound: the
- * activation rounding (Q8_0: |a - a_q| <= d/2 per element, d = amax/127) plus
+ * activation rounding (S24_A8: |a - a_q| <= d/2 per element, d <= amax/127) plus
  * float summation: |dy| <= sum|w| * amax/254 + 4 (K+2) 2^-24 sum|w a|. */
 static void test_matmul(void **state) {
     (void)state;
