@@ -47,6 +47,33 @@ static double run(int type, int64_t K, int rows, int reps, bool gemm) {
     return best * 1e6 / ((double)reps * rows * K * (gemm ? 4 : 1));
 }
 
+/* decode from memory: kern_matmul with T = 1 over N x K weights (about 256 MiB of
+ * dense F16, so nothing stays in cache), 2 threads; ms per call and the
+ * weight bytes it streams per second */
+static void stream(int type, int64_t N, int64_t K, core_pool *pool) {
+    const kern_type_traits *tt = kern_type_get(type);
+    const size_t rb = kern_row_bytes(type, K);
+    uint8_t *w = malloc(rb * N);
+    float *f = malloc(sizeof(float) * K), *x = malloc(sizeof(float) * K), *y = malloc(sizeof(float) * N);
+    void *scratch = malloc(kern_matmul_scratch_bytes(1, K));
+    unsigned s = 7;
+    for (int64_t k = 0; k < K; k++) x[k] = frand(&s);
+    for (int64_t r = 0; r < N; r++) {
+        for (int64_t k = 0; k < K; k++) f[k] = (k % 4 < 2 || type < 1000) ? frand(&s) : 0.0f;
+        tt->from_float_ref(f, w + r * rb, K);
+    }
+    double best = 1e30;
+    for (int t = 0; t < 8; t++) {
+        const double t0 = core_time_ms();
+        kern_matmul(pool, scratch, w, type, x, y, 1, N, K);
+        const double ms = core_time_ms() - t0;
+        if (ms < best) best = ms;
+    }
+    printf("%-8s matmul T=1 %lld x %lld: %.2f ms, %.1f GB/s of weights\n", tt->name, (long long)N, (long long)K, best,
+           rb * (double)N / best / 1e6);
+    free(w); free(f); free(x); free(y); free(scratch);
+}
+
 int main(int argc, char **argv) {
     const int64_t K = argc > 1 ? atoll(argv[1]) : 2048;
     const int rows = argc > 2 ? atoi(argv[2]) : 64, reps = argc > 3 ? atoi(argv[3]) : 200;
@@ -60,5 +87,9 @@ int main(int argc, char **argv) {
         printf("%-8s vec_dot %.4f  gemm 4x4 %.4f   (sparse/dense: vec_dot %.2f, gemm %.2f)\n",
                kern_type_name(pairs[p][1]), sv, sg, sv / dv, sg / dg);
     }
+    core_pool *pool = core_pool_new(2);
+    const int types[] = {KT_F16, KT_S24_F16, KT_Q8_0, KT_S24_Q8};
+    for (int i = 0; i < 4; i++) stream(types[i], 65536, 2048, pool);
+    core_pool_free(pool);
     return 0;
 }
