@@ -326,6 +326,8 @@ typedef struct {
     const char *kv_type;    /* NULL (f32), "f16" or "q8_0": the model's KV cache */
     void (*progress)(void *user, int done, int total, double ppl_so_far);
     void *user;
+    struct kvant_int8 *int8; /* NULL, or run the evaluated model through this INT8
+                                setup (LLM.int8, SmoothQuant W8A8; see kvant_int8_new) */
 } kvant_ppl_params;
 
 typedef struct {
@@ -369,6 +371,85 @@ typedef struct {
 
 kvant_code kvant_stream_ppl(kvant_model *m, const char *text, size_t len, const kvant_stream_params *p,
                             kvant_stream_result *r, kvant_status *st);
+
+/* ---- INT8 inference: outliers, LLM.int8, SmoothQuant W8A8 ----------------------
+ * A kvant_int8 is a way of running a model's linear layers (wq..w_down; the
+ * classifier stays in the model's type): weights are converted once to INT8
+ * per output channel, activations are quantized per token at each matmul.
+ *   "w8a8"   INT8 x INT8 GEMM for everything;
+ *   "mixed"  LLM.int8: input columns with some |x| >= threshold in the batch
+ *            are computed in F32 from the original weights, the rest in INT8;
+ *   "f32"    no quantization: only the function-preserving transforms below.
+ * Transforms (before quantization): synthetic outliers (inject_*) and
+ * SmoothQuant (smooth: per-channel scales from calibration on calib_text,
+ * folded into attn_norm / ffn_norm and the wq/wk/wv, gate/up columns). */
+typedef struct kvant_int8 kvant_int8;
+typedef struct {
+    const char *mode;       /* "w8a8", "mixed" or "f32" */
+    float threshold;        /* mixed: outlier magnitude (default 6.0) */
+    bool smooth;            /* SmoothQuant */
+    float alpha;            /* migration strength in [0, 1] (default 0.5) */
+    const char *calib_text; /* smooth: calibration text (required) */
+    size_t calib_len;
+    int calib_tokens;       /* calibration tokens at most (default 4096) */
+    int calib_ctx;          /* tokens per calibration chunk, BOS first (default 512) */
+    const int *inject_dims; /* synthetic outliers: these hidden dims are multiplied by */
+    int n_inject;           /* inject_scale at every attn/ffn norm and the matching weight */
+    float inject_scale;     /* columns divided by it (the model's function is unchanged) */
+    void (*progress)(void *user, const char *what, int done, int total);
+    void *user;
+} kvant_int8_params;
+kvant_int8_params kvant_int8_default(void);
+/* Builds the setup for m (calibration runs here); m must outlive it. */
+kvant_int8 *kvant_int8_new(kvant_model *m, const kvant_int8_params *p, kvant_status *st);
+/* Every sequence given to kvant_seq_use_int8 must be freed first. */
+void kvant_int8_free(kvant_int8 *q);
+/* The sequence's forward passes use q from now on (a fresh sequence of
+ * q's model, or reset it first). */
+kvant_code kvant_seq_use_int8(kvant_seq *s, kvant_int8 *q, kvant_status *st);
+typedef struct {
+    int64_t matmuls;        /* activation quantizations so far */
+    int64_t outlier_cols;   /* mixed: outlier columns summed over them */
+    size_t int8_bytes;      /* INT8 weights + scales */
+    float alpha;            /* as used */
+    double scale_min, scale_max; /* SmoothQuant scales (1, 1 without smoothing) */
+} kvant_int8_stats;
+void kvant_int8_get_stats(const kvant_int8 *q, kvant_int8_stats *out);
+
+/* Activation magnitudes at the inputs of every linear layer (kvant outliers).
+ * Sites: 0 attn_in (wq/wk/wv, C dims), 1 wo_in (H*D), 2 ffn_in (gate/up, C),
+ * 3 down_in (F).  LLM.int8's criterion for a hidden dimension j (attn_in and
+ * ffn_in, 2 * n_layers sites): |x| >= threshold at >= min_layers of the
+ * sites and in >= min_tokens of the tokens (a token counts when any site
+ * reached it there). */
+typedef struct {
+    float threshold;        /* default 6.0 */
+    double min_layers;      /* default 0.25 */
+    double min_tokens;      /* default 0.06 */
+    int max_tokens;         /* tokens of text to run (default 4096) */
+    int ctx;                /* tokens per chunk, BOS first (default 512) */
+    kvant_int8 *transform;  /* NULL, or run the model with this setup's transforms
+                               (mode "f32": synthetic outliers, smoothing) */
+    void (*progress)(void *user, int done, int total);
+    void *user;
+} kvant_outlier_params;
+kvant_outlier_params kvant_outlier_default(void);
+#define KVANT_N_SITES 4
+typedef struct {
+    int n_layers, dim;
+    int64_t n_tokens;
+    const char *site_name[KVANT_N_SITES];
+    int site_dim[KVANT_N_SITES];
+    float *max_abs[KVANT_N_SITES];   /* (n_layers, site_dim) */
+    float *mean_abs[KVANT_N_SITES];  /* (n_layers, site_dim) */
+    float *share_over[KVANT_N_SITES];/* (n_layers, site_dim) share of tokens >= threshold */
+    double *layer_share, *token_share; /* (dim) the criterion's two shares */
+    bool *is_outlier;       /* (dim) */
+    int n_outliers;
+} kvant_outlier_report;
+kvant_code kvant_outliers(kvant_model *m, const char *text, size_t len, const kvant_outlier_params *p,
+                          kvant_outlier_report *r, kvant_status *st);
+void kvant_outlier_report_free(kvant_outlier_report *r);
 
 /* ---- misc --------------------------------------------------------------- */
 const char *kvant_version(void);
