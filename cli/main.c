@@ -19,6 +19,8 @@ static void usage(FILE *f) {
             "  bench  prefill (pp) and decode (tg) tokens/s, llama-bench style\n"
             "  quantize  quantize a GGUF model (llama.cpp types and mixes)\n"
             "  synth  write a synthetic model (random weights) at a real model's shape\n"
+            "  outliers  activation outliers at every linear layer's input (LLM.int8 criterion)\n"
+            "  bench-int8  INT8 GEMM (W8A8, LLM.int8) vs the F32 matmul at layer shapes\n"
             "\n"
             "`kvant COMMAND --help` describes each command's options.\n",
             kvant_version());
@@ -46,6 +48,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "attn-stats")) return cmd_attn_stats(argc - 1, argv + 1);
     if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "outliers")) return cmd_outliers(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench-int8")) return cmd_bench_int8(argc - 1, argv + 1);
     fprintf(stderr, "kvant: unknown command '%s' (see kvant --help)\n", cmd);
     return CLI_USAGE;
 }

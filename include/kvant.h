@@ -451,6 +451,28 @@ kvant_code kvant_outliers(kvant_model *m, const char *text, size_t len, const kv
                           kvant_outlier_report *r, kvant_status *st);
 void kvant_outlier_report_free(kvant_outlier_report *r);
 
+/* INT8 GEMM benchmark (kvant bench-int8): y = x W^T with random data at one
+ * layer shape, timed in the same run as kvant's F32 matmul (kern_matmul
+ * with F32 weights) on the same threads; best of `reps` calls each. */
+typedef struct {
+    int T, N, K;            /* tokens, output rows, inputs */
+    int reps;               /* default 3 */
+    int n_threads;          /* 0: all CPUs */
+    int n_outliers;         /* LLM.int8: input columns made outliers (|x| ~ 20) */
+    float threshold;        /* LLM.int8 threshold (default 6) */
+    uint64_t seed;
+} kvant_int8_bench_params;
+typedef struct {
+    double f32_ms;          /* kern_matmul, F32 weights */
+    double w8a8_ms;         /* activation quantization + INT8 GEMM */
+    double gemm_ms;         /* INT8 GEMM alone */
+    double mixed_ms;        /* LLM.int8 with n_outliers outlier columns */
+    double w8a8_err, mixed_err; /* relative RMS error vs the F32 result (mixed: on the outlier input) */
+    double w8a8_err_outl;   /* plain W8A8 on the outlier input */
+    const char *tier;       /* INT8 tile used */
+} kvant_int8_bench_result;
+kvant_code kvant_int8_bench(const kvant_int8_bench_params *p, kvant_int8_bench_result *r, kvant_status *st);
+
 /* ---- misc --------------------------------------------------------------- */
 const char *kvant_version(void);
 double kvant_time_ms(void); /* monotonic clock, milliseconds */
