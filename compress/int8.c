@@ -109,6 +109,24 @@ static void outl_task(void *ctx, int ith, int nth) {
     }
 }
 
+typedef struct {
+    const float *x;
+    int T;
+    int64_t K, Kp;
+    int8_t *xq;
+    float *sx;
+    const uint8_t *skip;
+} quant_job;
+
+static void quant_task(void *ctx, int ith, int nth) {
+    const quant_job *j = ctx;
+    int64_t lo, hi;
+    core_split(j->T, ith, nth, &lo, &hi);
+    if (lo < hi)
+        kern_i8_quant_rows(j->x + (size_t)lo * j->K, (int)(hi - lo), j->K, j->Kp, j->xq + (size_t)lo * j->Kp,
+                           j->sx + lo, j->skip);
+}
+
 int int8_matmul(core_pool *pool, int8_scratch *sc, const int8_mat *M, const float *x, float *y, int T,
                 float threshold, bool reuse) {
     CORE_ASSERT(T <= sc->max_T && M->K <= sc->max_K && M->N <= sc->max_N);
@@ -123,7 +141,9 @@ int int8_matmul(core_pool *pool, int8_scratch *sc, const int8_mat *M, const floa
             for (int64_t k = 0; k < K; k++)
                 if (sc->skip[k]) sc->oidx[sc->n_out++] = (int32_t)k;
         }
-        kern_i8_quant_rows(x, T, K, M->Kp, sc->xq, sc->sx, sc->n_out ? sc->skip : NULL);
+        quant_job qj = {x, T, K, M->Kp, sc->xq, sc->sx, sc->n_out ? sc->skip : NULL};
+        if (pool && T > 1 && (double)T * (double)K >= KERN_MT_MIN_WORK) core_pool_run(pool, quant_task, &qj);
+        else quant_task(&qj, 0, 1);
     }
     kern_i8_gemm(pool, sc->xq, sc->sx, T, M->q, M->s, y, M->N, M->Kp, false);
     for (int c0 = 0; c0 < sc->n_out; c0 += INT8_OUTLIER_CHUNK) {

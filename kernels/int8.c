@@ -20,7 +20,10 @@ void kern_i8_quant_rows(const float *x, int T, int64_t K, int64_t Kp, int8_t *q,
         s[t] = amax / 127.0f;
         const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         for (int64_t k = 0; k < K; k++) {
-            float v = nearbyintf(xt[k] * inv); /* round half to even (default mode) */
+            /* round half to even: adding 1.5 * 2^23 leaves no fraction bits
+             * (|x * inv| <= 127.x), so the FPU's default rounding does it;
+             * nearbyintf is a slow library call here */
+            float v = (xt[k] * inv + 12582912.0f) - 12582912.0f;
             v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
             qt[k] = (int8_t)v;
         }
