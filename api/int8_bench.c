@@ -55,7 +55,7 @@ kvant_code kvant_int8_bench(const kvant_int8_bench_params *p, kvant_int8_bench_r
         for (int t = 0; t < T; t++) xo[(size_t)t * K + col] = (t & 1 ? 1.0f : -1.0f) * (15.0f + 10.0f * fabsf(gauss(&seed)));
     }
     const model_mat W = {w, KT_F32, N, K};
-    if ((rc = int8_mat_init(&M, &W, st))) goto done;
+    if ((rc = int8_mat_init(&M, &W, pool, st))) goto done;
     const float thr = p->threshold > 0 ? p->threshold : 6.0f;
     r->tier = kern_tier_name(kern_active_tier());
     double best[4] = {INFINITY, INFINITY, INFINITY, INFINITY};

@@ -7,7 +7,26 @@
 #include "compress/int8.h"
 #include "kernels/kernels.h"
 
-kvant_code int8_mat_init(int8_mat *M, const model_mat *W, kvant_status *st) {
+typedef struct {
+    const model_mat *W;
+    int8_mat *M;
+    float *rows;        /* (threads, K) */
+} conv_job;
+
+static void conv_task(void *ctx, int ith, int nth) {
+    const conv_job *j = ctx;
+    const kern_type_traits *tt = kern_type_get(j->W->type);
+    const size_t rb = kern_row_bytes(j->W->type, j->W->cols);
+    float *row = j->rows + (size_t)ith * j->M->K;
+    int64_t lo, hi;
+    core_split(j->M->N, ith, nth, &lo, &hi);
+    for (int64_t n = lo; n < hi; n++) {
+        tt->to_float((const uint8_t *)j->W->data + (size_t)n * rb, row, j->M->K);
+        kern_i8_quant_rows(row, 1, j->M->K, j->M->Kp, j->M->q + (size_t)n * j->M->Kp, &j->M->s[n], NULL);
+    }
+}
+
+kvant_code int8_mat_init(int8_mat *M, const model_mat *W, core_pool *pool, kvant_status *st) {
     memset(M, 0, sizeof *M);
     const kern_type_traits *tt = kern_type_get(W->type);
     if (!tt || !tt->to_float) return core_fail(st, KVANT_ERR_UNSUPPORTED, "int8: cannot read weight type %d", W->type);
@@ -17,18 +36,17 @@ kvant_code int8_mat_init(int8_mat *M, const model_mat *W, kvant_status *st) {
     M->orig = *W;
     M->q = malloc((size_t)M->N * (size_t)M->Kp);
     M->s = malloc(sizeof(float) * (size_t)M->N);
-    float *row = malloc(sizeof(float) * (size_t)M->K);
+    const int nth = pool ? core_pool_size(pool) : 1;
+    float *row = malloc(sizeof(float) * (size_t)M->K * (size_t)nth);
     if (!M->q || !M->s || !row) {
         free(row);
         int8_mat_free(M);
         return core_fail(st, KVANT_ERR_NOMEM, "int8: out of memory for a %lld x %lld matrix", (long long)W->rows,
                          (long long)W->cols);
     }
-    const size_t rb = kern_row_bytes(W->type, W->cols);
-    for (int64_t n = 0; n < M->N; n++) {
-        tt->to_float((const uint8_t *)W->data + (size_t)n * rb, row, M->K);
-        kern_i8_quant_rows(row, 1, M->K, M->Kp, M->q + (size_t)n * M->Kp, &M->s[n], NULL);
-    }
+    conv_job j = {W, M, row};
+    if (pool) core_pool_run(pool, conv_task, &j);
+    else conv_task(&j, 0, 1);
     free(row);
     return KVANT_OK;
 }
@@ -193,7 +211,7 @@ int8_model *int8_model_new(const model *m, int8_mode mode, float threshold, kvan
     for (int l = 0; l < q->n_layers; l++)
         for (int id = 0; id < 7; id++) {
             int8_mat *M = &q->mats[l * 7 + id];
-            if (int8_mat_init(M, layer_mat(&m->layers[l], id), st)) {
+            if (int8_mat_init(M, layer_mat(&m->layers[l], id), m->pool, st)) {
                 int8_model_free(q);
                 return NULL;
             }

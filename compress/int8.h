@@ -26,8 +26,9 @@ typedef struct {
                            LLM.int8 reads its outlier columns from here */
 } int8_mat;
 
-/* Converts W (any computable type) once; st on allocation failure. */
-kvant_code int8_mat_init(int8_mat *M, const model_mat *W, kvant_status *st);
+/* Converts W (any computable type) once, rows split across pool (NULL:
+ * this thread); st on allocation failure. */
+kvant_code int8_mat_init(int8_mat *M, const model_mat *W, core_pool *pool, kvant_status *st);
 void int8_mat_free(int8_mat *M);
 
 /* Scratch for int8_matmul with up to max_T rows, K <= max_K, N <= max_N;

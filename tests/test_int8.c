@@ -134,7 +134,7 @@ static void test_mixed_vs_plain(void **state) {
     for (int i = 0; i < T * K; i++) x[i] = fmaxf(-5.5f, fminf(5.5f, x[i]));
     const model_mat W = {w, KT_F32, N, K};
     int8_mat M;
-    assert_int_equal(int8_mat_init(&M, &W, NULL), KVANT_OK);
+    assert_int_equal(int8_mat_init(&M, &W, NULL, NULL), KVANT_OK);
     int8_scratch *sc = int8_scratch_new(T, K, N, NULL);
     assert_non_null(sc);
 
