@@ -380,11 +380,52 @@ static void test_ppl_int8(void **state) {
     free(text);
 }
 
+/* ---- the commands: exit codes and output that says the right thing ---------------- */
+static void test_cli(void **state) {
+    (void)state;
+    char cmd[2048];
+    int rc;
+    char *out;
+    const char *M = shared_path("models/stories260K.gguf");
+    char model[1024];
+    snprintf(model, sizeof model, "%s", M);
+    const char *F = shared_path("corpora/tinystories_val_subset.txt");
+    snprintf(cmd, sizeof cmd, "%s outliers -m %s --calib %s --tokens 512 --json --inject-outliers 7 2>/dev/null",
+             KVANT_BIN, model, F);
+    out = run_capture(cmd, &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "\"tokens\": 512"));
+    assert_non_null(strstr(out, "{\"dim\": 7, "));
+    assert_non_null(strstr(strstr(out, "{\"dim\": 7, "), "\"outlier\": true}"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s ppl -m %s -f %s --smoothquant 2>/dev/null", KVANT_BIN, model, F);
+    free(run_capture(cmd, &rc));
+    assert_int_equal(rc, 2); /* no --calib */
+    snprintf(cmd, sizeof cmd, "%s ppl -m %s -f %s --alpha 2 --smoothquant 2>/dev/null", KVANT_BIN, model, F);
+    free(run_capture(cmd, &rc));
+    assert_int_equal(rc, 2);
+    snprintf(cmd, sizeof cmd, "%s ppl -m %s -f %s -c 128 --chunks 2 --int8-mixed --json 2>/dev/null", KVANT_BIN,
+             model, F);
+    out = run_capture(cmd, &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "\"int8_mode\": \"mixed\""));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s bench-int8 --shape 64x128 -T 5 -r 1 --json 2>/dev/null", KVANT_BIN);
+    out = run_capture(cmd, &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "\"w8a8_speedup\""));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s bench-int8 --shape 64 2>/dev/null", KVANT_BIN);
+    free(run_capture(cmd, &rc));
+    assert_int_equal(rc, 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_tiers),        cmocka_unit_test(test_quant_rows),
         cmocka_unit_test(test_mixed_vs_plain),    cmocka_unit_test(test_outlier_criterion),
         cmocka_unit_test(test_smooth_fold_f32),   cmocka_unit_test(test_ppl_int8),
+        cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
