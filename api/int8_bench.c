@@ -37,11 +37,12 @@ kvant_code kvant_int8_bench(const kvant_int8_bench_params *p, kvant_int8_bench_r
     float *xo = malloc(sizeof(float) * (size_t)T * K);
     float *y0 = malloc(sizeof(float) * (size_t)T * N), *y1 = malloc(sizeof(float) * (size_t)T * N);
     float *y2 = malloc(sizeof(float) * (size_t)T * N);
+    void *w16 = malloc(kern_row_bytes(KT_F16, K) * (size_t)N);
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     int8_scratch *sc = int8_scratch_new(T, K, N, st);
     int8_mat M = {0};
     kvant_code rc = KVANT_OK;
-    if (!pool || !w || !x || !xo || !y0 || !y1 || !y2 || !scratch || !sc) {
+    if (!pool || !w || !x || !xo || !y0 || !y1 || !y2 || !w16 || !scratch || !sc) {
         rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory for the benchmark");
         goto done;
     }
@@ -54,11 +55,13 @@ kvant_code kvant_int8_bench(const kvant_int8_bench_params *p, kvant_int8_bench_r
         const int64_t col = (int64_t)((i * 2654435761u) % (uint64_t)K);
         for (int t = 0; t < T; t++) xo[(size_t)t * K + col] = (t & 1 ? 1.0f : -1.0f) * (15.0f + 10.0f * fabsf(gauss(&seed)));
     }
+    for (int64_t n = 0; n < N; n++)
+        kern_ops(KT_F16)->from_float(w + (size_t)n * K, (uint8_t *)w16 + kern_row_bytes(KT_F16, K) * (size_t)n, K);
     const model_mat W = {w, KT_F32, N, K};
     if ((rc = int8_mat_init(&M, &W, pool, st))) goto done;
     const float thr = p->threshold > 0 ? p->threshold : 6.0f;
     r->tier = kern_tier_name(kern_active_tier());
-    double best[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
+    double best[5] = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY};
     for (int it = 0; it < reps; it++) {
         double t0 = core_time_ms();
         kern_matmul(pool, scratch, w, KT_F32, x, y0, T, N, K);
@@ -69,15 +72,20 @@ kvant_code kvant_int8_bench(const kvant_int8_bench_params *p, kvant_int8_bench_r
         double t3 = core_time_ms();
         int8_matmul(pool, sc, &M, xo, y2, T, thr, false);
         double t4 = core_time_ms();
+        kern_matmul(pool, scratch, w16, KT_F16, x, y2, T, N, K);
+        double t5 = core_time_ms();
+        int8_matmul(pool, sc, &M, xo, y2, T, thr, false); /* y2: LLM.int8's result again */
         best[0] = fmin(best[0], t1 - t0);
         best[1] = fmin(best[1], t2 - t1);
         best[2] = fmin(best[2], t3 - t2);
         best[3] = fmin(best[3], t4 - t3);
+        best[4] = fmin(best[4], t5 - t4);
     }
     r->f32_ms = best[0];
     r->w8a8_ms = best[1];
     r->gemm_ms = best[2];
     r->mixed_ms = best[3];
+    r->f16_ms = best[4];
     r->w8a8_err = rel_rms(y1, y0, (size_t)T * N);
     /* errors on the outlier input: F32 reference, plain W8A8, LLM.int8 */
     kern_matmul(pool, scratch, w, KT_F32, xo, y0, T, N, K);
@@ -87,6 +95,7 @@ kvant_code kvant_int8_bench(const kvant_int8_bench_params *p, kvant_int8_bench_r
 done:
     int8_mat_free(&M);
     int8_scratch_free(sc);
+    free(w16);
     free(w); free(x); free(xo); free(y0); free(y1); free(y2); free(scratch);
     core_pool_free(pool);
     return rc;

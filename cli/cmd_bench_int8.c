@@ -10,7 +10,7 @@ static void help(void) {
     printf("usage: kvant bench-int8 [--shape NxK[,NxK...]] [-T 512] [-r 3] [-t THREADS] [--outliers 8] [--json]\n"
            "\n"
            "Times y = x W^T with random weights (N output rows, K inputs) and T\n"
-           "activation rows: kvant's F32 matmul (F32 weights), W8A8 (per-token INT8\n"
+           "activation rows: kvant's matmul with F32 weights and with F16 weights, W8A8 (per-token INT8\n"
            "activations x per-channel INT8 weights, INT8 GEMM; with and without the\n"
            "activation quantization) and LLM.int8 (the same plus --outliers input\n"
            "columns in F32), best of -r calls each, and prints the speed ratio to F32.\n"
@@ -41,8 +41,9 @@ int cmd_bench_int8(int argc, char **argv) {
     }
     if (a.error || !shapes) return CLI_USAGE;
     if (!json)
-        printf("%-11s %5s %10s %10s %10s %10s %8s %8s %11s %11s %11s\n", "shape NxK", "T", "F32 ms", "W8A8 ms",
-               "GEMM ms", "int8mx ms", "W8A8/F32", "mx/F32", "err W8A8", "err outl.", "err int8mx");
+        printf("%-11s %5s %9s %9s %9s %9s %9s %8s %8s %8s %10s %10s %10s\n", "shape NxK", "T", "F32 ms", "F16 ms",
+               "W8A8 ms", "GEMM ms", "int8mx ms", "W8A8/F32", "mx/F32", "W8A8/F16", "err W8A8", "err outl.",
+               "err int8mx");
     for (const char *s = shapes; *s;) {
         char *end;
         long n = strtol(s, &end, 10), k = 0;
@@ -63,20 +64,20 @@ int cmd_bench_int8(int argc, char **argv) {
         }
         const double gmac = (double)p.T * n * k / 1e9;
         if (json)
-            printf("{\"N\": %ld, \"K\": %ld, \"T\": %d, \"tier\": \"%s\", \"f32_ms\": %.3f, \"w8a8_ms\": %.3f, "
+            printf("{\"N\": %ld, \"K\": %ld, \"T\": %d, \"tier\": \"%s\", \"f32_ms\": %.3f, \"f16_ms\": %.3f, \"w8a8_ms\": %.3f, "
                    "\"gemm_ms\": %.3f, \"mixed_ms\": %.3f, \"w8a8_speedup\": %.3f, \"mixed_speedup\": %.3f, "
                    "\"f32_gmacs\": %.2f, \"w8a8_gmacs\": %.2f, \"w8a8_err\": %.5f, \"w8a8_err_outliers\": %.5f, "
                    "\"mixed_err_outliers\": %.5f, \"outliers\": %d}\n",
-                   n, k, p.T, r.tier, r.f32_ms, r.w8a8_ms, r.gemm_ms, r.mixed_ms, r.f32_ms / r.w8a8_ms,
+                   n, k, p.T, r.tier, r.f32_ms, r.f16_ms, r.w8a8_ms, r.gemm_ms, r.mixed_ms, r.f32_ms / r.w8a8_ms,
                    r.f32_ms / r.mixed_ms, gmac / (r.f32_ms / 1e3), gmac / (r.w8a8_ms / 1e3), r.w8a8_err,
                    r.w8a8_err_outl, r.mixed_err, p.n_outliers);
         else
-            printf("%5ldx%-5ld %5d %10.2f %10.2f %10.2f %10.2f %7.2fx %7.2fx %11.5f %11.5f %11.5f\n", n, k, p.T,
-                   r.f32_ms, r.w8a8_ms, r.gemm_ms, r.mixed_ms, r.f32_ms / r.w8a8_ms, r.f32_ms / r.mixed_ms,
-                   r.w8a8_err, r.w8a8_err_outl, r.mixed_err);
+            printf("%5ldx%-5ld %5d %9.2f %9.2f %9.2f %9.2f %9.2f %7.2fx %7.2fx %7.2fx %10.5f %10.5f %10.5f\n", n, k,
+                   p.T, r.f32_ms, r.f16_ms, r.w8a8_ms, r.gemm_ms, r.mixed_ms, r.f32_ms / r.w8a8_ms,
+                   r.f32_ms / r.mixed_ms, r.f16_ms / r.w8a8_ms, r.w8a8_err, r.w8a8_err_outl, r.mixed_err);
         fflush(stdout);
         if (!json && !*s)
-            printf("INT8 tile: %s; speed-up = F32 ms / INT8 ms (same data, threads and run); "
+            printf("INT8 tile: %s; speed-up = F32 (or F16) ms / INT8 ms (same data, threads and run); "
                    "err = relative RMS vs F32 (outl.: input with %d outlier columns)\n",
                    r.tier, p.n_outliers);
     }

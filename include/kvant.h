@@ -464,6 +464,7 @@ typedef struct {
 } kvant_int8_bench_params;
 typedef struct {
     double f32_ms;          /* kern_matmul, F32 weights */
+    double f16_ms;          /* kern_matmul, the same weights in F16 (as tinyllama ships) */
     double w8a8_ms;         /* activation quantization + INT8 GEMM */
     double gemm_ms;         /* INT8 GEMM alone */
     double mixed_ms;        /* LLM.int8 with n_outliers outlier columns */
