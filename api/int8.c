@@ -111,6 +111,7 @@ kvant_int8 *kvant_int8_new(kvant_model *km, const kvant_int8_params *p, kvant_st
     float *s_inj = malloc(sizeof(float) * LC), *sa = malloc(sizeof(float) * LC), *sf = malloc(sizeof(float) * LC);
     float *wa = malloc(sizeof(float) * LC), *wf = malloc(sizeof(float) * LC);
     model *inj = NULL;
+    float *wo = NULL, *sv = NULL;
     int8_stats *stats = NULL;
     if (!q || !s_inj || !sa || !sf || !wa || !wf) {
         core_fail(st, KVANT_ERR_NOMEM, "out of memory");
@@ -124,7 +125,7 @@ kvant_int8 *kvant_int8_new(kvant_model *km, const kvant_int8_params *p, kvant_st
     for (int l = 0; l < c->n_layers; l++)
         for (int i = 0; i < p->n_inject; i++) s_inj[(size_t)l * c->dim + p->inject_dims[i]] = 1.0f / p->inject_scale;
     /* synthetic outliers first: norm * scale, columns / scale */
-    if (p->n_inject > 0 && !(inj = smooth_fold(base, s_inj, s_inj, st))) goto fail;
+    if (p->n_inject > 0 && !(inj = smooth_fold(base, s_inj, s_inj, NULL, st))) goto fail;
     const model *cur = inj ? inj : base;
     if (p->smooth) {
         stats = int8_stats_new(c, INFINITY, 0, st);
@@ -144,7 +145,23 @@ kvant_int8 *kvant_int8_new(kvant_model *km, const kvant_int8_params *p, kvant_st
             sa[i] *= s_inj[i];
             sf[i] *= s_inj[i];
         }
-        if (!(q->folded = smooth_fold(base, sa, sf, st))) goto fail;
+        if (p->smooth_wo) {
+            const int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
+            if (!(wo = malloc(sizeof(float) * (size_t)c->n_layers * QD)) ||
+                !(sv = malloc(sizeof(float) * (size_t)c->n_layers * KVD))) {
+                core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+                goto fail;
+            }
+            smooth_wo_max(cur, wo);
+            for (int l = 0; l < c->n_layers; l++)
+                smooth_scales_wo(c, stats->maxabs[INT8_SITE_WO_IN] + (size_t)l * QD, wo + (size_t)l * QD, p->alpha,
+                                 sv + (size_t)l * KVD);
+            for (size_t i = 0; i < (size_t)c->n_layers * KVD; i++) {
+                q->smin = fmin(q->smin, sv[i]);
+                q->smax = fmax(q->smax, sv[i]);
+            }
+        }
+        if (!(q->folded = smooth_fold(base, sa, sf, sv, st))) goto fail;
         q->m = q->folded;
     } else if (inj) {
         q->folded = inj;
@@ -156,13 +173,13 @@ kvant_int8 *kvant_int8_new(kvant_model *km, const kvant_int8_params *p, kvant_st
     if (p->progress) p->progress(p->user, "int8 weights", 1, 1);
     smooth_model_free(inj);
     int8_stats_free(stats);
-    free(s_inj); free(sa); free(sf); free(wa); free(wf);
+    free(s_inj); free(sa); free(sf); free(wa); free(wf); free(wo); free(sv);
     core_ok(st);
     return q;
 fail:
     smooth_model_free(inj);
     int8_stats_free(stats);
-    free(s_inj); free(sa); free(sf); free(wa); free(wf);
+    free(s_inj); free(sa); free(sf); free(wa); free(wf); free(wo); free(sv);
     kvant_int8_free(q);
     return NULL;
 }

@@ -21,4 +21,5 @@ for inj in "" "--inject-outliers 7,40"; do
   for a in 0.0 0.25 0.5 0.75 0.9 1.0; do
     ppl "SmoothQuant W8A8 alpha $a" $inj --smoothquant --alpha $a $CAL
   done
+  ppl "SmoothQuant W8A8 alpha 0.5, wo smoothed too" $inj --smooth-wo --alpha 0.5 $CAL
 done

@@ -24,6 +24,8 @@ void cli_int8_help(void) {
            "      --smoothquant    SmoothQuant: fold s_j = max|X_j|^a / max|W_j|^(1-a) from\n"
            "                       calibration into attn_norm/ffn_norm and the wq/wk/wv,\n"
            "                       gate/up columns, then W8A8 (wo, w_down unsmoothed)\n"
+           "      --smooth-wo      --smoothquant, and wo's input too: scales per KV head and\n"
+           "                       channel folded into wv's rows (w_down stays unsmoothed)\n"
            "      --alpha A        SmoothQuant migration strength (default 0.5)\n"
            "      --calib FILE     calibration text for --smoothquant (required there)\n"
            "      --calib-skip B   skip the first B bytes of FILE (e.g. the evaluated part)\n"
@@ -40,6 +42,7 @@ bool cli_int8_flag(cli_args *a, cli_int8 *o) {
     if (cli_is(a, "--int8-mixed", NULL)) o->mixed = true;
     else if (cli_is(a, "--w8a8", NULL)) o->w8a8 = true;
     else if (cli_is(a, "--smoothquant", NULL)) o->smooth = true;
+    else if (cli_is(a, "--smooth-wo", NULL)) o->p.smooth_wo = o->smooth = true;
     else if (cli_is(a, "--threshold", NULL)) o->p.threshold = cli_float(a, 1e-6f, 1e30f);
     else if (cli_is(a, "--alpha", NULL)) o->p.alpha = cli_float(a, 0.0f, 1.0f);
     else if (cli_is(a, "--calib", NULL)) o->calib_path = cli_str(a);
@@ -124,7 +127,9 @@ void cli_int8_describe(const cli_int8 *o, const kvant_int8 *q, const char *cmd) 
     kvant_int8_get_stats(q, &s);
     fprintf(stderr, "%s: int8 mode %s", cmd, o->p.mode);
     if (!strcmp(o->p.mode, "mixed")) fprintf(stderr, " (threshold %g)", o->p.threshold);
-    if (o->smooth) fprintf(stderr, ", SmoothQuant alpha %.2f (scales %.3g..%.3g)", s.alpha, s.scale_min, s.scale_max);
+    if (o->smooth)
+        fprintf(stderr, ", SmoothQuant%s alpha %.2f (scales %.3g..%.3g)", o->p.smooth_wo ? " (wo too)" : "", s.alpha,
+                s.scale_min, s.scale_max);
     if (o->p.n_inject) fprintf(stderr, ", %d synthetic outlier dims x %g", o->p.n_inject, o->p.inject_scale);
     if (s.int8_bytes) fprintf(stderr, ", %.2f MiB INT8 weights", s.int8_bytes / 1048576.0);
     fprintf(stderr, "\n");

@@ -130,13 +130,24 @@ void smooth_weight_max(const model *m, float *wmax_attn, float *wmax_ffn);
 /* s_j = amax_j^alpha / wmax_j^(1-alpha), 1 where either is 0, clamped to
  * [1e-5, 1e5]; n values. */
 void smooth_scales(const float *amax, const float *wmax, int n, float alpha, float *s);
+/* The maximum |wo[n][j]| over rows, per input column j: (n_layers, H*D). */
+void smooth_wo_max(const model *m, float *wmax_wo);
+/* Per-head scales for wo's input, shared by the query heads of a KV group
+ * (they read the same V channel): for KV head g and channel d,
+ *   s[g*D + d] = (max_{h in g} amax[h*D + d])^alpha / (max_{h in g} wmax[h*D + d])^(1-alpha)
+ * with smooth_scales' guards.  amax, wmax: (H*D); s: (Hkv*D). */
+void smooth_scales_wo(const model_config *c, const float *amax, const float *wmax, float alpha, float *s);
 /* A model computing the same function (in exact arithmetic) with the
  * scales folded in: attn_norm[l] / s_attn[l], wq/wk/wv columns * s_attn[l];
- * ffn_norm[l] / s_ffn[l], gate/up columns * s_ffn[l].  Scaled matrices
- * become F32 copies; everything else (tokenizer, threads, other weights)
- * is shared with src, which must outlive the clone.  s_attn / s_ffn are
- * (n_layers, C) or NULL (no scaling there).  Free with smooth_model_free. */
-model *smooth_fold(const model *src, const float *s_attn, const float *s_ffn, kvant_status *st);
+ * ffn_norm[l] / s_ffn[l], gate/up columns * s_ffn[l]; and (s_v) wv's output
+ * rows / s_v[l] with wo's input column h*D + d * s_v[l][g(h)*D + d] (the
+ * attention output of head h is a convex mix of V rows, so the scale passes
+ * through it; g(h) = h / (H / Hkv)).  Scaled matrices become F32 copies;
+ * everything else (tokenizer, threads, other weights) is shared with src,
+ * which must outlive the clone.  s_attn / s_ffn are (n_layers, C), s_v
+ * (n_layers, Hkv*D), each NULL for no scaling there.  Free with
+ * smooth_model_free. */
+model *smooth_fold(const model *src, const float *s_attn, const float *s_ffn, const float *s_v, kvant_status *st);
 void smooth_model_free(model *m);
 
 #endif

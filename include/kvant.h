@@ -389,6 +389,7 @@ typedef struct {
     float threshold;        /* mixed: outlier magnitude (default 6.0) */
     bool smooth;            /* SmoothQuant */
     float alpha;            /* migration strength in [0, 1] (default 0.5) */
+    bool smooth_wo;         /* smooth: also wo's input, through wv's output rows per KV head */
     const char *calib_text; /* smooth: calibration text (required) */
     size_t calib_len;
     int calib_tokens;       /* calibration tokens at most (default 4096) */

@@ -287,6 +287,19 @@ static void test_smooth_fold_f32(void **state) {
     printf("  smoothing folded (scales %.3g..%.3g): max |logit diff| %.3g (max |logit| %.3g)\n", s.scale_min,
            s.scale_max, d, amax);
     assert_true(d < 1e-3f);
+    /* wo's input too, per KV head through wv's rows (stories260K has GQA:
+     * 8 query heads on 4 KV heads, so the group sharing is exercised) */
+    kvant_model_info in;
+    kvant_model_get_info(m, &in);
+    assert_true(in.n_heads > in.n_kv_heads);
+    p.smooth_wo = true;
+    kvant_int8 *sqo = kvant_int8_new(m, &p, &st);
+    if (!sqo) fail_msg("%s", st.msg);
+    kvant_int8_get_stats(sqo, &s);
+    d = max_logit_diff(m, NULL, sqo, toks, n, &amax);
+    printf("  with wo smoothed too (scales %.3g..%.3g): max |logit diff| %.3g\n", s.scale_min, s.scale_max, d);
+    assert_true(d < 1e-3f);
+    kvant_int8_free(sqo);
     /* synthetic outliers (x20 on 3 dims): also the same function */
     kvant_int8_params pi = kvant_int8_default();
     pi.mode = "f32";
