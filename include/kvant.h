@@ -406,7 +406,8 @@ kvant_int8 *kvant_int8_new(kvant_model *m, const kvant_int8_params *p, kvant_sta
 /* Every sequence given to kvant_seq_use_int8 must be freed first. */
 void kvant_int8_free(kvant_int8 *q);
 /* The sequence's forward passes use q from now on (a fresh sequence of
- * q's model, or reset it first). */
+ * q's model, or reset it first).  A kvant_seq_fork of it does not inherit
+ * the INT8 matmuls: call this on the fork too. */
 kvant_code kvant_seq_use_int8(kvant_seq *s, kvant_int8 *q, kvant_status *st);
 typedef struct {
     int64_t matmuls;        /* activation quantizations so far */
