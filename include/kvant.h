@@ -370,6 +370,13 @@ typedef struct {
 kvant_code kvant_stream_ppl(kvant_model *m, const char *text, size_t len, const kvant_stream_params *p,
                             kvant_stream_result *r, kvant_status *st);
 
+/* ---- model metadata (api/meta.c) ------------------------------------------------ */
+/* The string value of a GGUF metadata key (e.g. "tokenizer.chat_template").
+ * Copies at most cap-1 bytes + NUL into buf (buf may be NULL) and returns the
+ * full length, or -1 if the key is absent, not a string, or the model is
+ * not a GGUF file. */
+int kvant_model_meta_str(const kvant_model *m, const char *key, char *buf, size_t cap);
+
 /* ---- misc --------------------------------------------------------------- */
 const char *kvant_version(void);
 double kvant_time_ms(void); /* monotonic clock, milliseconds */
