@@ -384,8 +384,42 @@ static cJSON *usage_json(sreq *r) {
     return u;
 }
 
+/* Advances choice i's text past what arrived: stop strings, finish reason;
+ * for streams appends one SSE chunk with the new text. */
+static void advance(sreq *r, int i) {
+    choice *c = &r->ch[i];
+    if (c->reason) return;
+    const bool final = c->engine_finish != KVANT_FINISH_NONE;
+    const size_t end = srv_text_scan(&c->text, (const char *const *)r->stops, r->n_stops, final);
+    if (c->text.stopped) c->reason = "stop";
+    else if (final) c->reason = finish_name(c->engine_finish);
+    if (!r->stream) {
+        c->text.sent = end;
+        return;
+    }
+    if (end == c->text.sent && !c->lp && !c->reason) return;
+    cJSON *j = chunk_head(r), *arr = cJSON_AddArrayToObject(j, "choices"), *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "index", i);
+    cJSON *txt = str_json(c->text.buf ? c->text.buf + c->text.sent : "", end - c->text.sent);
+    if (r->chat) {
+        cJSON *d = cJSON_AddObjectToObject(o, "delta");
+        if (!r->role_sent) cJSON_AddStringToObject(d, "role", "assistant");
+        if (end > c->text.sent || !c->reason) cJSON_AddItemToObject(d, "content", txt);
+        else cJSON_Delete(txt);
+    } else
+        cJSON_AddItemToObject(o, "text", txt);
+    if (c->lp) cJSON_AddItemToObject(o, "logprobs", c->lp), c->lp = NULL;
+    else cJSON_AddNullToObject(o, "logprobs");
+    if (c->reason) cJSON_AddStringToObject(o, "finish_reason", c->reason), c->reason_sent = true;
+    else cJSON_AddNullToObject(o, "finish_reason");
+    cJSON_AddItemToArray(arr, o);
+    sse_put(r, j);
+    r->role_sent = r->n == 1; /* with n > 1 every choice's first chunk names the role */
+    c->text.sent = end;
+}
+
 /* Takes the queued events and advances every choice's text; for streams,
- * appends SSE chunks to r->out (and [DONE] at the end). */
+ * appends SSE chunks to r->out (one per token, and [DONE] at the end). */
 static void drain(sreq *r) {
     srv *s = r->s;
     pthread_mutex_lock(&r->mu);
@@ -416,44 +450,16 @@ static void drain(sreq *r) {
             c->n_tokens++;
         }
         if (ev->finish != KVANT_FINISH_NONE) c->engine_finish = ev->finish;
+        if (r->stream) advance(r, ev->index);
     }
     if (oom)
         for (int i = 0; i < r->n; i++)
-            if (!r->ch[i].reason) r->ch[i].reason = "error", touched[i] = true;
-
+            if (!r->ch[i].reason) r->ch[i].engine_finish = KVANT_FINISH_ERROR, touched[i] = true;
     bool all = true;
     for (int i = 0; i < r->n; i++) {
-        choice *c = &r->ch[i];
-        if (touched[i] && !c->reason) {
-            const bool final = c->engine_finish != KVANT_FINISH_NONE;
-            const size_t end = srv_text_scan(&c->text, (const char *const *)r->stops, r->n_stops, final);
-            if (c->text.stopped) c->reason = "stop";
-            else if (final) c->reason = finish_name(c->engine_finish);
-            if (r->stream && (end > c->text.sent || c->lp || c->reason)) {
-                cJSON *j = chunk_head(r), *arr = cJSON_AddArrayToObject(j, "choices"), *o = cJSON_CreateObject();
-                cJSON_AddNumberToObject(o, "index", i);
-                cJSON *txt = str_json(c->text.buf ? c->text.buf + c->text.sent : "", end - c->text.sent);
-                if (r->chat) {
-                    cJSON *d = cJSON_AddObjectToObject(o, "delta");
-                    if (!r->role_sent) cJSON_AddStringToObject(d, "role", "assistant");
-                    if (end > c->text.sent || !c->reason) cJSON_AddItemToObject(d, "content", txt);
-                    else cJSON_Delete(txt);
-                } else
-                    cJSON_AddItemToObject(o, "text", txt);
-                if (c->lp) cJSON_AddItemToObject(o, "logprobs", c->lp), c->lp = NULL;
-                else cJSON_AddNullToObject(o, "logprobs");
-                if (c->reason) cJSON_AddStringToObject(o, "finish_reason", c->reason), c->reason_sent = true;
-                else cJSON_AddNullToObject(o, "finish_reason");
-                cJSON_AddItemToArray(arr, o);
-                sse_put(r, j);
-                c->text.sent = end;
-            } else if (!r->stream)
-                c->text.sent = end;
-        }
-        if (!c->reason) all = false;
+        if (touched[i]) advance(r, i);
+        if (!r->ch[i].reason) all = false;
     }
-    if (r->n > 1 && r->chat) r->role_sent = r->role_sent || n_ev > 0;
-    else if (n_ev) r->role_sent = true;
     if (all && !r->all_finished) {
         r->all_finished = true;
         pthread_mutex_lock(&r->mu);
