@@ -36,8 +36,9 @@ typedef struct {
 } lg_req;
 
 typedef struct {
-    const char *url, *prompts, *model, *api_key, *endpoint;
+    const char *url, *prompts, *model, *api_key, *endpoint, *json_out;
     int c, n, max_tokens, prompt_words, inject_words, inject_max_tokens;
+    int prompt_tokens, inject_tokens, vocab;  /* > 0: prompts of random token ids */
     double rate, timeout_s, inject_at, temperature;
     bool json, ignore_eos;
     uint64_t seed;
@@ -59,6 +60,9 @@ static void usage(FILE *f) {
             "  --prompts FILE          text the prompts are cut from (default\n"
             "                          ../shared/corpora/tinystories_val_subset.txt)\n"
             "  --prompt-words N        words per prompt (default 30, about 40 tokens)\n"
+            "  --prompt-tokens N       prompts of N random token ids instead of text (vLLM's random\n"
+            "                          dataset; exact lengths whatever the tokenizer)\n"
+            "  --vocab V               token ids are drawn from [10, V) (default 32000)\n"
             "  --max-tokens N          tokens to generate per request (default 64)\n"
             "  --no-ignore-eos         let the model stop at end-of-sequence (default: ignore_eos,\n"
             "                          so every request generates --max-tokens)\n"
@@ -70,8 +74,10 @@ static void usage(FILE *f) {
             "  --timeout S             stop everything after S seconds (default 600)\n"
             "  --inject-at S           chunked-prefill scenario: S seconds in, send one long prompt\n"
             "  --inject-words N        its length in words (default 1500, about 2000 tokens)\n"
+            "  --inject-tokens N       its length in random token ids (with --prompt-tokens; default 2000)\n"
             "  --inject-max-tokens N   tokens it generates (default 16)\n"
-            "  --json                  print the results as JSON on stdout\n");
+            "  --json                  print the results as JSON on stdout (instead of the table)\n"
+            "  --json-out FILE         also write the JSON to FILE\n");
 }
 
 static double now_ms(void) { return kvant_time_ms(); }
@@ -246,7 +252,9 @@ static char *first_model(const lg_opts *o) {
     return id;
 }
 
-static void req_start(CURLM *mh, lg_req *r, const lg_opts *o, const char *model, char *prompt, int max_tokens) {
+/* prompt: text, or NULL for n_ids random token ids */
+static void req_start(CURLM *mh, lg_req *r, const lg_opts *o, const char *model, char *prompt, int n_ids,
+                      uint64_t *rng, int max_tokens) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", model);
     const bool chat = !strcmp(o->endpoint, "chat");
@@ -255,8 +263,13 @@ static void req_start(CURLM *mh, lg_req *r, const lg_opts *o, const char *model,
         cJSON_AddStringToObject(m, "role", "user");
         cJSON_AddStringToObject(m, "content", prompt);
         cJSON_AddItemToArray(ms, m);
-    } else
+    } else if (prompt)
         cJSON_AddStringToObject(j, "prompt", prompt);
+    else {
+        cJSON *ids = cJSON_AddArrayToObject(j, "prompt");
+        for (int i = 0; i < n_ids; i++)
+            cJSON_AddItemToArray(ids, cJSON_CreateNumber(10 + (double)(rng_next(rng) % (uint64_t)(o->vocab - 10))));
+    }
     free(prompt);
     cJSON_AddNumberToObject(j, "max_tokens", max_tokens);
     cJSON_AddNumberToObject(j, "temperature", o->temperature);
@@ -341,7 +354,7 @@ static cJSON *stat_json(lg_stat s) {
 int cmd_loadgen(int argc, char **argv) {
     cli_args a = {argc, 1, argv, "kvant loadgen", false};
     lg_opts o = {.prompts = "../shared/corpora/tinystories_val_subset.txt", .endpoint = "completions", .c = 8,
-                 .n = 64, .max_tokens = 64, .prompt_words = 30, .inject_words = 1500, .inject_max_tokens = 16,
+                 .n = 64, .max_tokens = 64, .prompt_words = 30, .inject_words = 1500, .inject_max_tokens = 16, .inject_tokens = 2000, .vocab = 32000,
                  .timeout_s = 600, .inject_at = -1, .ignore_eos = true, .seed = 1};
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) {
@@ -353,6 +366,9 @@ int cmd_loadgen(int argc, char **argv) {
         else if (cli_is(&a, "--rate", NULL)) o.rate = cli_float(&a, 0, 1e6);
         else if (cli_is(&a, "--prompts", NULL)) o.prompts = cli_str(&a);
         else if (cli_is(&a, "--prompt-words", NULL)) o.prompt_words = cli_int(&a, 1, 100000);
+        else if (cli_is(&a, "--prompt-tokens", NULL)) o.prompt_tokens = cli_int(&a, 1, 1 << 20);
+        else if (cli_is(&a, "--inject-tokens", NULL)) o.inject_tokens = cli_int(&a, 1, 1 << 20);
+        else if (cli_is(&a, "--vocab", NULL)) o.vocab = cli_int(&a, 11, 1 << 24);
         else if (cli_is(&a, "--max-tokens", NULL)) o.max_tokens = cli_int(&a, 1, 1 << 20);
         else if (cli_is(&a, "--no-ignore-eos", NULL)) o.ignore_eos = false;
         else if (cli_is(&a, "--temperature", NULL)) o.temperature = cli_float(&a, 0, 2);
@@ -365,6 +381,7 @@ int cmd_loadgen(int argc, char **argv) {
         else if (cli_is(&a, "--inject-words", NULL)) o.inject_words = cli_int(&a, 1, 1000000);
         else if (cli_is(&a, "--inject-max-tokens", NULL)) o.inject_max_tokens = cli_int(&a, 1, 1 << 20);
         else if (cli_is(&a, "--json", NULL)) o.json = true;
+        else if (cli_is(&a, "--json-out", NULL)) o.json_out = cli_str(&a);
         else cli_unknown(&a);
     }
     if (a.error) return CLI_USAGE;
@@ -378,6 +395,10 @@ int cmd_loadgen(int argc, char **argv) {
     }
     if (strcmp(o.endpoint, "completions") && strcmp(o.endpoint, "chat")) {
         fprintf(stderr, "kvant loadgen: --endpoint must be completions or chat\n");
+        return CLI_USAGE;
+    }
+    if (o.prompt_tokens && !strcmp(o.endpoint, "chat")) {
+        fprintf(stderr, "kvant loadgen: --prompt-tokens needs --endpoint completions\n");
         return CLI_USAGE;
     }
     char url[1024];
@@ -408,8 +429,9 @@ int cmd_loadgen(int argc, char **argv) {
     double t_next = t0;
     int started = 0, finished = 0, active = 0;
     bool injected = o.inject_at < 0, timed_out = false;
-    fprintf(stderr, "kvant loadgen: %d requests, concurrency %d, %s, %d words/prompt, %d tokens each -> %s (model '%s')\n",
-            o.n, o.c, o.rate > 0 ? "Poisson arrivals" : "all at once", o.prompt_words, o.max_tokens, o.url, model);
+    fprintf(stderr, "kvant loadgen: %d requests, concurrency %d, %s, %d %s/prompt, %d tokens each -> %s (model '%s')\n",
+            o.n, o.c, o.rate > 0 ? "Poisson arrivals" : "all at once", o.prompt_tokens ? o.prompt_tokens : o.prompt_words,
+            o.prompt_tokens ? "token ids" : "words", o.max_tokens, o.url, model);
     while (finished < n_total) {
         const double t = now_ms();
         if (t - t0 > o.timeout_s * 1e3) {
@@ -418,7 +440,8 @@ int cmd_loadgen(int argc, char **argv) {
         }
         while (started < o.n && active < o.c && t >= t_next) {
             lg_req *r = &rs[started++];
-            req_start(mh, r, &o, model, make_prompt(&cp, o.prompt_words, &rng), o.max_tokens);
+            req_start(mh, r, &o, model, o.prompt_tokens ? NULL : make_prompt(&cp, o.prompt_words, &rng), o.prompt_tokens,
+                      &rng, o.max_tokens);
             active++;
             if (o.rate > 0) {
                 double u = (rng_next(&arr_rng) >> 11) * 0x1.0p-53;
@@ -428,7 +451,8 @@ int cmd_loadgen(int argc, char **argv) {
         if (!injected && t - t0 >= o.inject_at * 1e3) {
             lg_req *r = &rs[o.n];
             r->inject = true;
-            req_start(mh, r, &o, model, make_prompt(&cp, o.inject_words, &rng), o.inject_max_tokens);
+            req_start(mh, r, &o, model, o.prompt_tokens ? NULL : make_prompt(&cp, o.inject_words, &rng), o.inject_tokens,
+                      &rng, o.inject_max_tokens);
             injected = true;
         }
         int running;
@@ -505,7 +529,7 @@ int cmd_loadgen(int argc, char **argv) {
             s_e2e = stat_of(e2e, n_ok);
     lg_req *inj = o.inject_at >= 0 ? &rs[o.n] : NULL;
     const bool inj_ok = inj && inj->done && !inj->err[0];
-    if (o.json) {
+    if (o.json || o.json_out) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "url", o.url);
         cJSON_AddStringToObject(j, "model", model);
@@ -534,10 +558,14 @@ int cmd_loadgen(int argc, char **argv) {
             cJSON_AddNumberToObject(ij, "e2e_ms", inj_ok ? inj->t_end - inj->t_start : -1);
         }
         char *t = cJSON_Print(j);
-        printf("%s\n", t);
+        if (o.json) printf("%s\n", t);
+        FILE *f = o.json_out ? fopen(o.json_out, "w") : NULL;
+        if (o.json_out && !f) fprintf(stderr, "kvant loadgen: cannot write %s\n", o.json_out);
+        if (f) fprintf(f, "%s\n", t), fclose(f);
         free(t);
         cJSON_Delete(j);
-    } else {
+    }
+    if (!o.json) {
         printf("============ Serving Benchmark Result ============\n");
         printf("Server:                                  %s\n", o.url);
         printf("Successful requests:                     %d\n", n_ok);
