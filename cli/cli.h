@@ -40,5 +40,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
 int cmd_stream_ppl(int argc, char **argv);
 int cmd_attn_stats(int argc, char **argv);
+int cmd_bench_batch(int argc, char **argv);
 
 #endif

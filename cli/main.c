@@ -19,6 +19,7 @@ static void usage(FILE *f) {
             "  bench  prefill (pp) and decode (tg) tokens/s, llama-bench style\n"
             "  quantize  quantize a GGUF model (llama.cpp types and mixes)\n"
             "  synth  write a synthetic model (random weights) at a real model's shape\n"
+            "  bench-batch  N sequences decoding together through the serving engine\n"
             "\n"
             "`kvant COMMAND --help` describes each command's options.\n",
             kvant_version());
@@ -46,6 +47,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "attn-stats")) return cmd_attn_stats(argc - 1, argv + 1);
     if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench-batch")) return cmd_bench_batch(argc - 1, argv + 1);
     fprintf(stderr, "kvant: unknown command '%s' (see kvant --help)\n", cmd);
     return CLI_USAGE;
 }

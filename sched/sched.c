@@ -219,7 +219,7 @@ sched *sched_new(const model *m, const sched_params *p, kvant_status *st) {
     uint64_t budget = (uint64_t)(p->kv_mem_mib * 1048576.0);
     int64_t n_blocks = 0;
     if (budget == 0) {
-        n_blocks = (int64_t)p->max_seqs * ((p->max_ctx + B - 1) / B);
+        n_blocks = (int64_t)p->max_seqs * ((p->max_ctx + B - 1) / B + 1); /* + 1: copy-on-write room */
         const uint64_t per_block =
             2ull * c->n_layers * B * kern_row_bytes(p->kv_type, (int64_t)c->n_kv_heads * c->head_dim) + 64;
         if ((uint64_t)n_blocks * per_block > (1ull << 30)) n_blocks = 0, budget = 1ull << 30;
@@ -286,7 +286,7 @@ int64_t sched_submit(sched *s, const int32_t *prompt, int n_prompt, const kvant_
         return core_fail(st, KVANT_ERR_ARG, "bad sampling settings (temperature >= 0, top_k >= 0, top_p in (0, 1], "
                                             "min_p in [0, 1], repeat_penalty > 0)"), -1;
     const int B = s->pool->block_size;
-    if ((int64_t)(n_prompt + r->max_tokens + B - 1) / B + 1 > s->pool->n_blocks)
+    if ((int64_t)(n_prompt + r->max_tokens + B - 1) / B > s->pool->n_blocks)
         return core_fail(st, KVANT_ERR_ARG, "prompt + max_tokens need more KV blocks than the pool has (%d)",
                          (int)s->pool->n_blocks), -1;
     if (s->n_waiting_reqs >= s->p.max_waiting)

@@ -1,0 +1,189 @@
+/* cmd_batch.c - `kvant bench-batch`: N sequences decoding together through
+ * the serving engine (kvant_engine_*), as llama.cpp's llama-batched-bench
+ * measures it: N prompts of -p random tokens prefilled together (PP), then
+ * -n decode steps for all N at once (TG).  Optionally runs llama-batched-bench
+ * on the same file with the same settings and prints its figures beside. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void batch_help(void) {
+    printf("usage: kvant bench-batch -m MODEL [--seqs 1,4,16] [-p 32] [-n 128] [-t N] [--peer BIN]\n"
+           "\n"
+           "Runs N sequences through the serving engine at once, for each N of --seqs:\n"
+           "N prompts of -p random tokens are submitted together and prefilled (PP),\n"
+           "then all N decode -n tokens together, one batched forward pass per step (TG).\n"
+           "Prints tokens/s of both phases as llama-batched-bench does (S_PP = N*p/T_PP,\n"
+           "S_TG = N*n/T_TG).  One warm-up run precedes the timed ones.\n"
+           "\n"
+           "  -m, --model FILE        GGUF or llama2.c model\n"
+           "      --seqs LIST         sequence counts, comma separated (default 1,4,16)\n"
+           "  -p, --n-prompt N        prompt tokens per sequence (default 32)\n"
+           "  -n, --n-gen N           decode steps per sequence (default 128)\n"
+           "  -t, --threads N         threads (default: number of CPUs, %d here)\n"
+           "  -b, --max-batch-tokens N  the engine's token budget per step (default 512)\n"
+           "      --kv-type T         f32, f16 (default, as llama.cpp) or q8_0\n"
+           "      --peer BIN          also run this llama-batched-bench binary with the same\n"
+           "                          model, threads, -npp, -ntg, -npl (and -c 4096 -b 512\n"
+           "                          -ub 512) and print its S_PP / S_TG beside kvant's\n",
+           kvant_default_threads());
+}
+
+typedef struct {
+    double pp_s, tg_s; /* seconds */
+} batch_time;
+
+/* one run of N sequences; false on error (printed) */
+static bool run_batch(kvant_model *m, const kvant_engine_params *ep, int N, int np, int ng, uint64_t seed,
+                      batch_time *out) {
+    kvant_status st;
+    kvant_model_info in;
+    kvant_model_get_info(m, &in);
+    kvant_engine *e = kvant_engine_new(m, ep, &st);
+    if (!e) {
+        fprintf(stderr, "kvant bench-batch: %s\n", st.msg);
+        return false;
+    }
+    int32_t *prompt = malloc(sizeof(int32_t) * (size_t)np);
+    kvant_event *ev = malloc(sizeof(kvant_event) * (size_t)(2 * N + 16));
+    bool ok = prompt && ev;
+    kvant_request r = {0};
+    r.sampling = kvant_sampling_default();
+    r.sampling.temperature = 0;
+    r.max_tokens = ng + 1; /* the first token comes from the prompt pass */
+    r.ignore_eos = true;
+    const double t0 = kvant_time_ms();
+    for (int i = 0; ok && i < N; i++) {
+        for (int k = 0; k < np; k++) { /* distinct prompts: no prefix-cache hits */
+            seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+            prompt[k] = (int32_t)((seed >> 33) % (uint64_t)(in.vocab_size - 3)) + 3;
+        }
+        if (kvant_engine_submit(e, prompt, np, &r, &st) < 0) {
+            fprintf(stderr, "kvant bench-batch: %s\n", st.msg);
+            ok = false;
+        }
+    }
+    int first = 0, done = 0;
+    double t_pp = 0;
+    while (ok && done < N) {
+        const int k = kvant_engine_step(e, ev, 2 * N + 16, &st);
+        if (k < 0) {
+            fprintf(stderr, "kvant bench-batch: %s\n", st.msg);
+            ok = false;
+            break;
+        }
+        for (int i = 0; i < k; i++) {
+            if (ev[i].n_generated == 1 && ++first == N) t_pp = kvant_time_ms();
+            if (ev[i].finish) done++;
+        }
+    }
+    const double t_end = kvant_time_ms();
+    out->pp_s = (t_pp - t0) / 1e3;
+    out->tg_s = (t_end - t_pp) / 1e3;
+    free(prompt);
+    free(ev);
+    kvant_engine_free(e);
+    return ok;
+}
+
+/* S_PP and S_TG of llama-batched-bench's row for `npl` sequences; false if
+ * the run failed or printed no such row */
+static bool peer_row(FILE *f, int npl, double *spp, double *stg) {
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        int pp, tg, b, nkv;
+        double tpp, ttg, t, s;
+        if (sscanf(line, " | %d | %d | %d | %d | %lf | %lf | %lf | %lf | %lf | %lf", &pp, &tg, &b, &nkv, &tpp, spp,
+                   &ttg, stg, &t, &s) == 10 &&
+            b == npl) {
+            return true;
+        }
+    }
+    return false;
+}
+
+int cmd_bench_batch(int argc, char **argv) {
+    cli_args a = {argc, 1, argv, "kvant bench-batch", false};
+    const char *path = NULL, *seqs = "1,4,16", *peer = NULL, *kv_type = "f16";
+    int np = 32, ng = 128, threads = 0, mbt = 512;
+    for (; a.i < argc && !a.error; a.i++) {
+        if (cli_is(&a, "-h", "--help")) { batch_help(); return CLI_OK; }
+        else if (cli_is(&a, "-m", "--model")) path = cli_str(&a);
+        else if (cli_is(&a, "--seqs", NULL)) seqs = cli_str(&a);
+        else if (cli_is(&a, "-p", "--n-prompt")) np = cli_int(&a, 1, 1 << 16);
+        else if (cli_is(&a, "-n", "--n-gen")) ng = cli_int(&a, 1, 1 << 16);
+        else if (cli_is(&a, "-t", "--threads")) threads = cli_int(&a, 1, 1024);
+        else if (cli_is(&a, "-b", "--max-batch-tokens")) mbt = cli_int(&a, 1, 65536);
+        else if (cli_is(&a, "--kv-type", NULL)) kv_type = cli_str(&a);
+        else if (cli_is(&a, "--peer", NULL)) peer = cli_str(&a);
+        else cli_unknown(&a);
+    }
+    if (a.error) return CLI_USAGE;
+    if (!path) {
+        fprintf(stderr, "kvant bench-batch: -m MODEL is required (see --help)\n");
+        return CLI_USAGE;
+    }
+    int ns[64], n_ns = 0, max_n = 0;
+    for (const char *p = seqs; *p && n_ns < 64;) {
+        char *end;
+        const long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 4096 || (*end && *end != ',')) {
+            fprintf(stderr, "kvant bench-batch: bad --seqs '%s' (e.g. 1,4,16)\n", seqs);
+            return CLI_USAGE;
+        }
+        ns[n_ns++] = (int)v;
+        if (v > max_n) max_n = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    kvant_status st;
+    kvant_model_params mp = {NULL, threads};
+    kvant_model *m = kvant_model_open(path, &mp, &st);
+    if (!m) {
+        fprintf(stderr, "kvant bench-batch: %s\n", st.msg);
+        return cli_status_exit(&st);
+    }
+    const int nth = threads > 0 ? threads : kvant_default_threads();
+    kvant_engine_params ep = kvant_engine_default();
+    ep.max_batch_tokens = mbt;
+    ep.kv_type = kv_type;
+    ep.prefix_cache = false;
+    ep.max_ctx = np + ng + 1;
+    int rc = CLI_OK;
+    batch_time warm;
+    ep.max_seqs = 4;
+    if (!run_batch(m, &ep, 4, np < 8 ? np : 8, 8, 1, &warm)) rc = CLI_FAIL;
+    printf("model: %s, %d threads, kv %s, max_batch_tokens %d, %s kernels\n\n", path, nth, kv_type, mbt,
+           kvant_kernel_tier());
+    printf("|    PP |     TG |    B |  kvant S_PP t/s |  kvant S_TG t/s |%s\n", peer ? " llama.cpp S_PP t/s | llama.cpp S_TG t/s | TG ratio |" : "");
+    printf("|-------|--------|------|-----------------|-----------------|%s\n", peer ? "--------------------|--------------------|----------|" : "");
+    for (int i = 0; rc == CLI_OK && i < n_ns; i++) {
+        const int N = ns[i];
+        ep.max_seqs = N;
+        batch_time t;
+        fprintf(stderr, "kvant bench-batch: %d sequences...\n", N);
+        if (!run_batch(m, &ep, N, np, ng, 12345 + (uint64_t)i, &t)) {
+            rc = CLI_FAIL;
+            break;
+        }
+        const double spp = N * (double)np / t.pp_s, stg = N * (double)ng / t.tg_s;
+        printf("| %5d | %6d | %4d | %15.2f | %15.2f |", np, ng, N, spp, stg);
+        if (peer) {
+            char cmd[4096];
+            snprintf(cmd, sizeof cmd, "'%s' -m '%s' -c 4096 -b 512 -ub 512 -npp %d -ntg %d -npl %d -t %d 2>/dev/null",
+                     peer, path, np, ng, N, nth);
+            fprintf(stderr, "kvant bench-batch: %s\n", cmd);
+            FILE *f = popen(cmd, "r");
+            double ppp = 0, ptg = 0;
+            const bool got = f && peer_row(f, N, &ppp, &ptg);
+            if (f) pclose(f);
+            if (got) printf(" %18.2f | %18.2f | %8.2f |", ppp, ptg, stg / ptg);
+            else printf(" %18s | %18s | %8s |", "failed", "failed", "-");
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+    kvant_model_free(m);
+    return rc;
+}
