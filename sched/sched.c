@@ -68,6 +68,7 @@ struct sched {
     model_segment *seg;        /* [max_seqs] */
     sseq **seg_seq;            /* [max_seqs] */
     int n_seg, batch_T;
+    bool budgeted;             /* the chunk budget applied (decoders in the batch) */
     bool in_forward, pending_cancel;
     /* events */
     kvant_event *ev;
@@ -447,7 +448,11 @@ int sched_plan(sched *s) {
         if (pending(s->run[i]) != 1) s->run[i]->batch_n = 0;
 
     /* 2. prompt chunks of running sequences, then 3. admission */
-    int chunk_left = budget - s->batch_T < s->chunk_budget ? budget - s->batch_T : s->chunk_budget;
+    /* the chunk budget protects decoders' inter-token gaps: with none in
+     * the batch a step may take the whole token budget */
+    s->budgeted = s->batch_T > 0;
+    int chunk_left = budget - s->batch_T;
+    if (s->budgeted && s->chunk_budget < chunk_left) chunk_left = s->chunk_budget;
     for (;;) {
         for (int i = 0; i < s->n_run && chunk_left > 0; i++) {
             sseq *q = s->run[i];
@@ -599,7 +604,7 @@ void sched_finish(sched *s, kvant_code rc, double step_ms) {
         s->st.last_batch_tokens = s->batch_T;
         s->st.last_step_ms = step_ms;
         const int prefill = s->batch_T - decode;
-        if (s->p.target_step_ms > 0 && prefill > 0 && step_ms > 0 &&
+        if (s->p.target_step_ms > 0 && s->budgeted && prefill > 0 && step_ms > 0 &&
             (prefill >= s->chunk_budget || step_ms > s->p.target_step_ms)) {
             double f = s->p.target_step_ms / step_ms;
             f = f > 2 ? 2 : f < 0.5 ? 0.5 : f;

@@ -319,6 +319,12 @@ static void test_concurrent_1_4_16_64(void **state) {
     p.max_seqs = 16;
     p.max_batch_tokens = 16;
     run_set(p, 16, false);
+    /* adaptive prompt chunks (whatever sizes the clock picks, the tokens are
+     * the same; the budget stays within [16, max_batch_tokens]) */
+    p = small_params();
+    p.target_step_ms = 0.05;
+    kvant_engine_stats s = run_set(p, 16, true);
+    assert_in_range(s.chunk_budget, 16, 96);
 }
 
 static void test_preemption(void **state) {
