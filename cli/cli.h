@@ -42,5 +42,6 @@ int cmd_stream_ppl(int argc, char **argv);
 int cmd_attn_stats(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_loadgen(int argc, char **argv);
+int cmd_bench_batch(int argc, char **argv);
 
 #endif

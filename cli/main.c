@@ -21,6 +21,7 @@ static void usage(FILE *f) {
             "  synth  write a synthetic model (random weights) at a real model's shape\n"
             "  serve  OpenAI-compatible HTTP server (continuous batching)\n"
             "  loadgen  load generator for OpenAI-compatible servers (TTFT, TPOT, ITL, throughput)\n"
+            "  bench-batch  N sequences decoding together through the serving engine\n"
             "\n"
             "`kvant COMMAND --help` describes each command's options.\n",
             kvant_version());
@@ -50,6 +51,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "loadgen")) return cmd_loadgen(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench-batch")) return cmd_bench_batch(argc - 1, argv + 1);
     fprintf(stderr, "kvant: unknown command '%s' (see kvant --help)\n", cmd);
     return CLI_USAGE;
 }

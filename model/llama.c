@@ -34,12 +34,15 @@ model_work *model_work_new(const model *m, int max_T, int n_ctx, model_attn attn
     w->v = malloc(T * kvd * sizeof(float));
     w->hb = malloc(T * c->hidden_dim * sizeof(float));
     w->hb2 = malloc(T * c->hidden_dim * sizeof(float));
+    w->attn_bytes = attn_bytes;
     w->attn_scratch = malloc((size_t)nth * attn_bytes);
     w->mm = malloc(kern_matmul_scratch_bytes(max_T, kmax));
     w->sink_mass = calloc((size_t)c->n_layers, sizeof(double));
     w->sink_head = malloc((size_t)c->n_heads * sizeof(float));
     w->pos = malloc(T * sizeof(int));
-    if (!w->pos || !w->x || !w->xb || !w->xb2 || !w->q || !w->k || !w->v || !w->hb || !w->hb2 || !w->attn_scratch || !w->mm ||
+    w->seg_row = malloc(T * sizeof(int));
+    w->seg_list = malloc(T * sizeof(int));
+    if (!w->pos || !w->seg_row || !w->seg_list || !w->x || !w->xb || !w->xb2 || !w->q || !w->k || !w->v || !w->hb || !w->hb2 || !w->attn_scratch || !w->mm ||
         !w->sink_mass || !w->sink_head)
         goto oom;
     return w;
@@ -53,7 +56,7 @@ void model_work_free(model_work *w) {
     if (!w) return;
     free(w->x); free(w->xb); free(w->xb2); free(w->q); free(w->k); free(w->v);
     free(w->hb); free(w->hb2); free(w->attn_scratch); free(w->mm); free(w->sink_mass); free(w->sink_head);
-    free(w->pos);
+    free(w->pos); free(w->seg_row); free(w->seg_list);
     free(w);
 }
 
@@ -64,6 +67,68 @@ static void matmul(const model *m, model_work *w, int l, model_mm_id id, const m
         w->tap(w->hook_user, l, id, x, T, (int)W->cols);
     if (w->mm_hook && w->mm_hook(w->hook_user, l, id, W, x, y, T)) return;
     kern_matmul(m->pool, w->mm, W->data, W->type, x, y, T, W->rows, W->cols);
+}
+
+/* Attention of every segment's rows over its own cache, layer l (rows
+ * already written to the caches).  Single-token (decode) segments run as
+ * one parallel job, a whole segment per thread, instead of one job each:
+ * a step with many decoders would otherwise pay a thread-pool round trip
+ * per sequence per layer.  Longer segments split across the threads
+ * inside the kernel.  Either way each row is computed by one thread in the
+ * kernel's fixed order, so results do not depend on the grouping. */
+typedef struct {
+    const model *m;
+    model_work *w;
+    const model_segment *seg;
+    const int *rows;          /* first row of each segment */
+    const int *list;          /* the single-token segments */
+    int n_list, layer;
+    const kern_rope_params *rope;
+} attn_job;
+
+static void attend_segment(const model *m, model_work *w, core_pool *pool, void *scratch, int l,
+                           const model_segment *sg, int r0, const kern_rope_params *rope) {
+    const model_config *c = &m->cfg;
+    const int D = c->head_dim, QD = c->n_heads * D;
+    kv_store *kv = sg->kv;
+    const int n = sg->n, pos0 = kv->n_pos;
+    /* the segment's queries attend to its own cache 0 .. pos0+n-1 */
+    kern_kv_view view;
+    kv_view(kv, l, pos0 + n, &view);
+    if (kv->rope_on_read) view.rope_k = rope;
+    const kern_attn_dims dims = {n, c->n_heads, c->n_kv_heads, D, pos0, 0};
+    const float *q = w->q + (size_t)r0 * QD;
+    float *out = w->xb2 + (size_t)r0 * QD;
+    if (w->attn == MODEL_ATTN_FLASH) {
+        kern_attn_flash(pool, scratch, q, &view, out, &dims);
+    } else {
+        kern_attn_naive(pool, scratch, q, &view, out, &dims, w->sink_n ? w->sink_head : NULL, w->sink_n);
+        if (w->sink_n)
+            for (int h = 0; h < c->n_heads; h++) w->sink_mass[l] += w->sink_head[h];
+    }
+}
+
+static void attn_task(void *ctx, int ith, int nth) {
+    const attn_job *j = ctx;
+    void *scratch = (uint8_t *)j->w->attn_scratch + (size_t)ith * j->w->attn_bytes;
+    for (int i = ith; i < j->n_list; i += nth) {
+        const int s = j->list[i];
+        attend_segment(j->m, j->w, NULL, scratch, j->layer, &j->seg[s], j->rows[s], j->rope); /* NULL: this thread */
+    }
+}
+
+static void attention(const model *m, model_work *w, int l, const model_segment *seg, int n_seg,
+                      const kern_rope_params *rope) {
+    int n_list = 0;
+    for (int s = 0, r0 = 0; s < n_seg; r0 += seg[s].n, s++) {
+        w->seg_row[s] = r0;
+        if (seg[s].n == 1 && w->attn == MODEL_ATTN_FLASH) w->seg_list[n_list++] = s;
+        else attend_segment(m, w, m->pool, w->attn_scratch, l, &seg[s], r0, rope);
+    }
+    if (n_list == 0) return;
+    const attn_job j = {m, w, seg, w->seg_row, w->seg_list, n_list, l, rope};
+    if (n_list == 1) attn_task((void *)&j, 0, 1);
+    else core_pool_run(m->pool, attn_task, (void *)&j);
 }
 
 /* One pass over a batch of segments (model.h, model_forward_batch): every
@@ -98,7 +163,7 @@ static void forward_batch(const model *m, model_work *w, const model_segment *se
         matmul(m, w, l, MODEL_MM_WV, &L->wv, w->xb, w->v, T);   /* (T, Hkv*D) */
         for (int s = 0, r0 = 0; s < n_seg; r0 += seg[s].n, s++) {
             kv_store *kv = seg[s].kv;
-            const int n = seg[s].n, pos0 = kv->n_pos;
+            const int n = seg[s].n;
             const kern_from_float_fn to_row = kern_ops(kv->type)->from_float; /* float K/V row -> cache type */
             for (int t = r0; t < r0 + n; t++) {
                 kern_rope(w->q + (size_t)t * QD, c->n_heads, D, w->pos[t], &rope);
@@ -108,22 +173,8 @@ static void forward_batch(const model *m, model_work *w, const model_segment *se
                 to_row(w->k + (size_t)t * KVD, krow, KVD);
                 to_row(w->v + (size_t)t * KVD, vrow, KVD);
             }
-            /* this segment's queries attend to its own cache 0 .. pos0+n-1 */
-            kern_kv_view view;
-            kv_view(kv, l, pos0 + n, &view);
-            if (kv->rope_on_read) view.rope_k = &rope;
-            const kern_attn_dims dims = {n, c->n_heads, c->n_kv_heads, D, pos0, 0};
-            const float *q = w->q + (size_t)r0 * QD;
-            float *out = w->xb2 + (size_t)r0 * QD;
-            if (w->attn == MODEL_ATTN_FLASH) {
-                kern_attn_flash(m->pool, w->attn_scratch, q, &view, out, &dims);
-            } else {
-                kern_attn_naive(m->pool, w->attn_scratch, q, &view, out, &dims, w->sink_n ? w->sink_head : NULL,
-                                w->sink_n);
-                if (w->sink_n)
-                    for (int h = 0; h < c->n_heads; h++) w->sink_mass[l] += w->sink_head[h];
-            }
         }
+        attention(m, w, l, seg, n_seg, &rope);
         matmul(m, w, l, MODEL_MM_WO, &L->wo, w->xb2, w->xb, T);  /* (T, C) */
         for (size_t i = 0; i < (size_t)T * C; i++) w->x[i] += w->xb[i];
 

@@ -128,6 +128,8 @@ typedef struct {
     model_mm_fn mm_hook;
     void *hook_user;
     int *pos;       /* (max_T) cache index of each row of the batch */
+    int *seg_row, *seg_list; /* (max_T) per segment: first row; decode segments */
+    size_t attn_bytes;       /* attention scratch per thread */
 } model_work;
 
 model_work *model_work_new(const model *m, int max_T, int n_ctx, model_attn attn, kvant_status *st);

@@ -68,6 +68,7 @@ struct sched {
     model_segment *seg;        /* [max_seqs] */
     sseq **seg_seq;            /* [max_seqs] */
     int n_seg, batch_T;
+    bool budgeted;             /* the chunk budget applied (decoders in the batch) */
     bool in_forward, pending_cancel;
     /* events */
     kvant_event *ev;
@@ -219,7 +220,7 @@ sched *sched_new(const model *m, const sched_params *p, kvant_status *st) {
     uint64_t budget = (uint64_t)(p->kv_mem_mib * 1048576.0);
     int64_t n_blocks = 0;
     if (budget == 0) {
-        n_blocks = (int64_t)p->max_seqs * ((p->max_ctx + B - 1) / B);
+        n_blocks = (int64_t)p->max_seqs * ((p->max_ctx + B - 1) / B + 1); /* + 1: copy-on-write room */
         const uint64_t per_block =
             2ull * c->n_layers * B * kern_row_bytes(p->kv_type, (int64_t)c->n_kv_heads * c->head_dim) + 64;
         if ((uint64_t)n_blocks * per_block > (1ull << 30)) n_blocks = 0, budget = 1ull << 30;
@@ -286,7 +287,7 @@ int64_t sched_submit(sched *s, const int32_t *prompt, int n_prompt, const kvant_
         return core_fail(st, KVANT_ERR_ARG, "bad sampling settings (temperature >= 0, top_k >= 0, top_p in (0, 1], "
                                             "min_p in [0, 1], repeat_penalty > 0)"), -1;
     const int B = s->pool->block_size;
-    if ((int64_t)(n_prompt + r->max_tokens + B - 1) / B + 1 > s->pool->n_blocks)
+    if ((int64_t)(n_prompt + r->max_tokens + B - 1) / B > s->pool->n_blocks)
         return core_fail(st, KVANT_ERR_ARG, "prompt + max_tokens need more KV blocks than the pool has (%d)",
                          (int)s->pool->n_blocks), -1;
     if (s->n_waiting_reqs >= s->p.max_waiting)
@@ -447,7 +448,11 @@ int sched_plan(sched *s) {
         if (pending(s->run[i]) != 1) s->run[i]->batch_n = 0;
 
     /* 2. prompt chunks of running sequences, then 3. admission */
-    int chunk_left = budget - s->batch_T < s->chunk_budget ? budget - s->batch_T : s->chunk_budget;
+    /* the chunk budget protects decoders' inter-token gaps: with none in
+     * the batch a step may take the whole token budget */
+    s->budgeted = s->batch_T > 0;
+    int chunk_left = budget - s->batch_T;
+    if (s->budgeted && s->chunk_budget < chunk_left) chunk_left = s->chunk_budget;
     for (;;) {
         for (int i = 0; i < s->n_run && chunk_left > 0; i++) {
             sseq *q = s->run[i];
@@ -599,7 +604,7 @@ void sched_finish(sched *s, kvant_code rc, double step_ms) {
         s->st.last_batch_tokens = s->batch_T;
         s->st.last_step_ms = step_ms;
         const int prefill = s->batch_T - decode;
-        if (s->p.target_step_ms > 0 && prefill > 0 && step_ms > 0 &&
+        if (s->p.target_step_ms > 0 && s->budgeted && prefill > 0 && step_ms > 0 &&
             (prefill >= s->chunk_budget || step_ms > s->p.target_step_ms)) {
             double f = s->p.target_step_ms / step_ms;
             f = f > 2 ? 2 : f < 0.5 ? 0.5 : f;

@@ -14,8 +14,9 @@
  *      when blocks for all of its tokens so far are free); a prefix-cache
  *      hit skips the cached prompt blocks.
  *
- * Token budget: decode tokens + prompt tokens <= max_batch_tokens, and
- * prompt tokens <= chunk_budget, which is max_batch_tokens, or, with
+ * Token budget: decode tokens + prompt tokens <= max_batch_tokens, and,
+ * when the step has decode tokens (whose inter-token gap a long prompt
+ * would stretch), prompt tokens <= chunk_budget, which is max_batch_tokens, or, with
  * target_step_ms > 0, adapted after every step that prefilled: budget *=
  * target / measured step time (at most x2 or /2 per step), so a step stays
  * near the target whatever the decoders cost.  (With step = a + b * chunk

@@ -64,7 +64,7 @@ static void greedy_seq(const int32_t *prompt, int np, int ng, int32_t *out) {
 
 static int setup(void **state) {
     kvant_status st;
-    kvant_model_params mp = {NULL, 2};
+    kvant_model_params mp = {NULL, 1}; /* tiny model: threads would only spin */
     g_m = kvant_model_open(shared_path("models/stories260K.gguf"), &mp, &st);
     if (!g_m) fail_msg("open: %s", st.msg);
     kvant_model_info in;
@@ -99,27 +99,32 @@ static int teardown(void **state) {
 
 /* ---- the batched forward pass ------------------------------------------------ */
 
-/* Three sequences at different positions in one batch (a decode token, a
- * prompt chunk continuing a cache, a fresh prompt) give the same logits as
- * each run alone.  Tolerance 0: every row of a matmul gets the bits vec_dot
+/* Five sequences at different positions in one batch (three decode tokens,
+ * a prompt chunk continuing a cache, a fresh prompt) give the same logits
+ * as each run alone (one of them with its prompt in two chunks).  Tolerance 0: every row of a matmul gets the bits vec_dot
  * gives it whatever the batch (kernels/matmul.c), RMSNorm/RoPE are per row,
  * and a row's attention reads only its own cache through the same kernel in
  * the same order (attn_flash.c: a row's result does not depend on the rows
  * beside it, tiles start at fixed positions and past-causal scores are exact
  * zeros).  So any difference is a bug, not rounding. */
+#define NS 5
 static void test_batch_forward(void **state) {
     (void)state;
-    const model *m = g_m->m;
     kvant_status st;
-    const int pre[3] = {20, 7, 0};   /* tokens already cached */
-    const int n[3] = {1, 13, 30};    /* tokens in the batch */
-    const model_logits want[3] = {MODEL_LOGITS_LAST, MODEL_LOGITS_ALL, MODEL_LOGITS_LAST};
-    kv_store *kv_b[3], *kv_a[3];
+    kvant_model_params mp = {NULL, 2}; /* 2 threads: decode segments are spread over them */
+    kvant_model *km = kvant_model_open(shared_path("models/stories260K.gguf"), &mp, &st);
+    assert_non_null(km);
+    const model *m = km->m;
+    const int pre[NS] = {20, 7, 0, 33, 5};   /* tokens already cached */
+    const int n[NS] = {1, 13, 30, 1, 1};     /* tokens in the batch */
+    const model_logits want[NS] = {MODEL_LOGITS_LAST, MODEL_LOGITS_ALL, MODEL_LOGITS_LAST, MODEL_LOGITS_LAST,
+                                   MODEL_LOGITS_NONE};
+    kv_store *kv_b[NS], *kv_a[NS];
     model_work *w = model_work_new(m, 64, 128, MODEL_ATTN_FLASH, &st);
     assert_non_null(w);
-    model_segment seg[3];
+    model_segment seg[NS];
     int rows = 0;
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < NS; s++) {
         kv_b[s] = kv_contiguous_new(m->cfg.n_layers, 128, m->cfg.n_kv_heads * m->cfg.head_dim, KT_F32, &st);
         kv_a[s] = kv_contiguous_new(m->cfg.n_layers, 128, m->cfg.n_kv_heads * m->cfg.head_dim, KT_F32, &st);
         assert_non_null(kv_b[s]);
@@ -130,14 +135,14 @@ static void test_batch_forward(void **state) {
             assert_int_equal(model_forward(m, w, kv_a[s], g_prompt[20 + s], pre[s], NULL, false, &st), KVANT_OK);
         }
         seg[s] = (model_segment){kv_b[s], toks, n[s], want[s]};
-        rows += want[s] == MODEL_LOGITS_ALL ? n[s] : 1;
+        rows += want[s] == MODEL_LOGITS_ALL ? n[s] : want[s] == MODEL_LOGITS_LAST;
     }
-    assert_int_equal(model_batch_logit_rows(seg, 3), rows);
+    assert_int_equal(model_batch_logit_rows(seg, NS), rows);
     float *lb = calloc((size_t)rows * V, sizeof(float));
     float *la = calloc((size_t)30 * V, sizeof(float));
-    assert_int_equal(model_forward_batch(m, w, seg, 3, lb, &st), KVANT_OK);
+    assert_int_equal(model_forward_batch(m, w, seg, NS, lb, &st), KVANT_OK);
     int row = 0;
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < NS; s++) {
         assert_int_equal(kv_b[s]->n_pos, pre[s] + n[s]);
         const bool all = want[s] == MODEL_LOGITS_ALL;
         /* alone, and in two chunks for the ALL segment (chunking is batching too) */
@@ -148,7 +153,7 @@ static void test_batch_forward(void **state) {
         } else {
             assert_int_equal(model_forward(m, w, kv_a[s], seg[s].tokens, n[s], la, false, &st), KVANT_OK);
         }
-        const int nr = all ? n[s] : 1;
+        const int nr = all ? n[s] : want[s] == MODEL_LOGITS_LAST;
         for (size_t i = 0; i < (size_t)nr * V; i++)
             if (la[i] != lb[(size_t)row * V + i])
                 fail_msg("segment %d row %d logit %d: batched %g alone %g", s, (int)(i / V), (int)(i % V),
@@ -163,8 +168,9 @@ static void test_batch_forward(void **state) {
     big.tokens = many;
     assert_int_equal(model_forward_batch(m, w, &big, 1, NULL, &st), KVANT_ERR_ARG);
     assert_int_equal(kv_b[1]->n_pos, pre[1] + n[1]);
-    for (int s = 0; s < 3; s++) kv_free(kv_b[s]), kv_free(kv_a[s]);
+    for (int s = 0; s < NS; s++) kv_free(kv_b[s]), kv_free(kv_a[s]);
     model_work_free(w);
+    kvant_model_free(km);
     free(lb);
     free(la);
 }
@@ -313,6 +319,12 @@ static void test_concurrent_1_4_16_64(void **state) {
     p.max_seqs = 16;
     p.max_batch_tokens = 16;
     run_set(p, 16, false);
+    /* adaptive prompt chunks (whatever sizes the clock picks, the tokens are
+     * the same; the budget stays within [16, max_batch_tokens]) */
+    p = small_params();
+    p.target_step_ms = 0.05;
+    kvant_engine_stats s = run_set(p, 16, true);
+    assert_in_range(s.chunk_budget, 16, 96);
 }
 
 static void test_preemption(void **state) {
