@@ -199,7 +199,9 @@ static void req_finish_all(sched *s, sched_req *r, kvant_finish fin) {
         if (q->state == SQ_DONE) continue;
         const kvant_event e = event_of(q, -1, fin);
         push_event(s, &e);
-        if (seq_done(s, q), r->n_open == 0) return; /* r is freed */
+        const bool last = r->n_open == 1;
+        seq_done(s, q);
+        if (last) return; /* r is freed */
     }
 }
 
