@@ -37,6 +37,7 @@ typedef struct {
 
 typedef struct {
     const char *url, *prompts, *model, *api_key, *endpoint, *json_out;
+    cJSON *extra;           /* --extra-body: fields added to every request */
     int c, n, max_tokens, prompt_words, inject_words, inject_max_tokens;
     int prompt_tokens, inject_tokens, vocab;  /* > 0: prompts of random token ids */
     double rate, timeout_s, inject_at, temperature;
@@ -77,7 +78,8 @@ static void usage(FILE *f) {
             "  --inject-tokens N       its length in random token ids (with --prompt-tokens; default 2000)\n"
             "  --inject-max-tokens N   tokens it generates (default 16)\n"
             "  --json                  print the results as JSON on stdout (instead of the table)\n"
-            "  --json-out FILE         also write the JSON to FILE\n");
+            "  --json-out FILE         also write the JSON to FILE\n"
+            "  --extra-body JSON       an object whose fields are added to every request body\n");
 }
 
 static double now_ms(void) { return kvant_time_ms(); }
@@ -276,6 +278,12 @@ static void req_start(CURLM *mh, lg_req *r, const lg_opts *o, const char *model,
     cJSON_AddBoolToObject(j, "stream", true);
     if (o->ignore_eos) cJSON_AddBoolToObject(j, "ignore_eos", true);
     cJSON_AddBoolToObject(cJSON_AddObjectToObject(j, "stream_options"), "include_usage", true);
+    cJSON *x;
+    if (o->extra)
+        cJSON_ArrayForEach(x, o->extra) {
+            cJSON_DeleteItemFromObject(j, x->string);
+            cJSON_AddItemToObject(j, x->string, cJSON_Duplicate(x, true));
+        }
     r->body = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     char url[1024];
@@ -382,9 +390,20 @@ int cmd_loadgen(int argc, char **argv) {
         else if (cli_is(&a, "--inject-max-tokens", NULL)) o.inject_max_tokens = cli_int(&a, 1, 1 << 20);
         else if (cli_is(&a, "--json", NULL)) o.json = true;
         else if (cli_is(&a, "--json-out", NULL)) o.json_out = cli_str(&a);
+        else if (cli_is(&a, "--extra-body", NULL)) {
+            const char *v = cli_str(&a);
+            cJSON_Delete(o.extra);
+            if (v && !cJSON_IsObject(o.extra = cJSON_Parse(v))) {
+                fprintf(stderr, "kvant loadgen: --extra-body needs a JSON object\n");
+                a.error = true;
+            }
+        }
         else cli_unknown(&a);
     }
-    if (a.error) return CLI_USAGE;
+    if (a.error) {
+        cJSON_Delete(o.extra);
+        return CLI_USAGE;
+    }
     if (!o.url) {
         fprintf(stderr, "kvant loadgen: --url is required (see --help)\n");
         return CLI_USAGE;
@@ -601,6 +620,7 @@ int cmd_loadgen(int argc, char **argv) {
     free(model);
     free(cp.text);
     free(cp.w);
+    cJSON_Delete(o.extra);
     curl_global_cleanup();
     return n_err || timed_out || (inj && !inj_ok) ? CLI_FAIL : CLI_OK;
 }
