@@ -23,7 +23,8 @@ KVANT_ARGS=${KVANT_ARGS:---target-step-ms 150}
 mkdir -p "$OUT"
 if [ ! -f "$MODEL" ]; then
   echo "== making $MODEL (synthetic stories110M shape, Q8_0, ctx 4096)"
-  "$KVANT" synth --shape stories110M --type Q8_0 --ctx 4096 -o "$MODEL"
+  "$KVANT" synth --shape stories110M --type Q8_0 --ctx 4096 -o "$MODEL.tmp.$$"
+  mv -n "$MODEL.tmp.$$" "$MODEL"; rm -f "$MODEL.tmp.$$"  # another run may have made it meanwhile
 fi
 LG=(-c 8 -n 8 --prompt-tokens 40 --vocab 32000 --max-tokens 256 --timeout 900)
 INJ=(--inject-at 1 --inject-tokens 2000 --inject-max-tokens 16)
