@@ -75,6 +75,7 @@ struct sched {
     int ev_cap, ev_head, ev_count;
     /* adaptive chunk budget and stats */
     int chunk_budget;
+    double decode_ms;          /* smoothed time of decode-only steps */
     kvant_engine_stats st;
 };
 
@@ -606,9 +607,14 @@ void sched_finish(sched *s, kvant_code rc, double step_ms) {
         s->st.last_batch_tokens = s->batch_T;
         s->st.last_step_ms = step_ms;
         const int prefill = s->batch_T - decode;
+        if (prefill == 0) /* decode-only step time, smoothed */
+            s->decode_ms = s->decode_ms > 0 ? 0.7 * s->decode_ms + 0.3 * step_ms : step_ms;
+        /* a target the decoders alone already miss cannot be met: then a
+         * prompt chunk may add half a decode step (the prompt still moves) */
+        const double target = s->p.target_step_ms > 1.5 * s->decode_ms ? s->p.target_step_ms : 1.5 * s->decode_ms;
         if (s->p.target_step_ms > 0 && s->budgeted && prefill > 0 && step_ms > 0 &&
-            (prefill >= s->chunk_budget || step_ms > s->p.target_step_ms)) {
-            double f = s->p.target_step_ms / step_ms;
+            (prefill >= s->chunk_budget || step_ms > target)) {
+            double f = target / step_ms;
             f = f > 2 ? 2 : f < 0.5 ? 0.5 : f;
             int nb = (int)(s->chunk_budget * f);
             nb = nb < 16 ? 16 : nb > s->p.max_batch_tokens ? s->p.max_batch_tokens : nb;

@@ -20,7 +20,10 @@
  * target_step_ms > 0, adapted after every step that prefilled: budget *=
  * target / measured step time (at most x2 or /2 per step), so a step stays
  * near the target whatever the decoders cost.  (With step = a + b * chunk
- * the fixed point is exactly a + b * chunk = target.)
+ * the fixed point is exactly a + b * chunk = target.)  When decode-only
+ * steps alone take more than target / 1.5 (a loaded machine, many
+ * decoders), the target becomes 1.5 x their smoothed time, so a long prompt
+ * still advances instead of shrinking to the 16-token floor.
  *
  * KV memory is one paged pool (kv/paged.h).  When a decode token finds no
  * free block, the NEWEST running sequence is preempted: its blocks are
