@@ -42,5 +42,8 @@ int cmd_stream_ppl(int argc, char **argv);
 int cmd_attn_stats(int argc, char **argv);
 int cmd_outliers(int argc, char **argv);
 int cmd_bench_int8(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_loadgen(int argc, char **argv);
+int cmd_bench_batch(int argc, char **argv);
 
 #endif

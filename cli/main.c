@@ -21,6 +21,9 @@ static void usage(FILE *f) {
             "  synth  write a synthetic model (random weights) at a real model's shape\n"
             "  outliers  activation outliers at every linear layer's input (LLM.int8 criterion)\n"
             "  bench-int8  INT8 GEMM (W8A8, LLM.int8) vs the F32 matmul at layer shapes\n"
+            "  serve  OpenAI-compatible HTTP server (continuous batching)\n"
+            "  loadgen  load generator for OpenAI-compatible servers (TTFT, TPOT, ITL, throughput)\n"
+            "  bench-batch  N sequences decoding together through the serving engine\n"
             "\n"
             "`kvant COMMAND --help` describes each command's options.\n",
             kvant_version());
@@ -50,6 +53,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "outliers")) return cmd_outliers(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-int8")) return cmd_bench_int8(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "loadgen")) return cmd_loadgen(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench-batch")) return cmd_bench_batch(argc - 1, argv + 1);
     fprintf(stderr, "kvant: unknown command '%s' (see kvant --help)\n", cmd);
     return CLI_USAGE;
 }

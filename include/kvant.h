@@ -475,6 +475,12 @@ typedef struct {
     const char *tier;       /* INT8 tile used */
 } kvant_int8_bench_result;
 kvant_code kvant_int8_bench(const kvant_int8_bench_params *p, kvant_int8_bench_result *r, kvant_status *st);
+/* ---- model metadata (api/meta.c) ------------------------------------------------ */
+/* The string value of a GGUF metadata key (e.g. "tokenizer.chat_template").
+ * Copies at most cap-1 bytes + NUL into buf (buf may be NULL) and returns the
+ * full length, or -1 if the key is absent, not a string, or the model is
+ * not a GGUF file. */
+int kvant_model_meta_str(const kvant_model *m, const char *key, char *buf, size_t cap);
 
 /* ---- misc --------------------------------------------------------------- */
 const char *kvant_version(void);
