@@ -403,7 +403,11 @@ static bool admit(sched *s) {
     const int slots = 1 + (fresh_fan ? r->n - 1 : 0);
     if (s->n_run + s->reserved_slots + slots > s->p.max_seqs) return false;
     const int B = s->pool->block_size;
-    if (kv_pool_n_available(s->pool) < (q->n_toks + B - 1) / B + slots) return false;
+    /* blocks for every token it has, plus one per sample to grow into; an
+     * idle engine admits whatever fits at all (submit made sure the whole
+     * sequence fits the pool), so nothing waits forever */
+    const int64_t need = (q->n_toks + B - 1) / B, avail = kv_pool_n_available(s->pool);
+    if (avail < need + slots && !(s->n_run == 0 && avail >= need)) return false;
     kvant_status st;
     if (!q->smp) {
         const kvant_sampling *sp = &r->r.sampling;

@@ -345,6 +345,36 @@ static void test_preemption(void **state) {
     p.prefix_cache = false;
     s = run_set(p, 16, true);
     assert_true(s.preempted_total > 0);
+
+    /* a pool that holds exactly one whole sequence, and n = 3 samples of it:
+     * the samples take turns (preempting each other) and all finish */
+    kvant_engine *e = kvant_engine_new(g_m, &p, &st);
+    assert_non_null(e);
+    int32_t prompt[176];
+    for (int i = 0; i < 176; i++) prompt[i] = g_prompt[4][i % MAXP];
+    kvant_request q = greedy_req(16); /* 192 tokens = 12 blocks; the prompt's 11 + 3 > 12 */
+    q.sampling.temperature = 1.0f;
+    q.n = 3;
+    const int64_t id = kvant_engine_submit(e, prompt, 176, &q, &st);
+    assert_true(id > 0);
+    kvant_event ev[16];
+    int fin = 0, toks[3] = {0};
+    for (int guard = 0; fin < 3; guard++) {
+        assert_true(guard < 5000);
+        const int k = kvant_engine_step(e, ev, 16, &st);
+        assert_true(k >= 0);
+        for (int i = 0; i < k; i++) {
+            if (ev[i].token >= 0) toks[ev[i].index]++;
+            if (ev[i].finish) {
+                assert_int_equal(ev[i].finish, KVANT_FINISH_LENGTH);
+                fin++;
+            }
+        }
+    }
+    for (int j = 0; j < 3; j++) assert_int_equal(toks[j], 16);
+    kvant_engine_get_stats(e, &s);
+    assert_int_equal(s.blocks_used, 0);
+    kvant_engine_free(e);
 }
 
 static void test_cancel_frees_blocks(void **state) {
