@@ -40,5 +40,12 @@ int cmd_bench(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
 int cmd_stream_ppl(int argc, char **argv);
 int cmd_attn_stats(int argc, char **argv);
+/* training (cli/cmd_train.c, cmd_distill.c, cmd_qat.c) */
+int cmd_train(int argc, char **argv);
+int cmd_distill(int argc, char **argv);
+int cmd_qat(int argc, char **argv);
+extern const char *const cli_train_common_help;
+bool cli_train_flag(cli_args *a, kvant_train_params *p);
+int cli_train_run(const char *cmd, kvant_train_params *p);
 
 #endif

@@ -19,6 +19,9 @@ static void usage(FILE *f) {
             "  bench  prefill (pp) and decode (tg) tokens/s, llama-bench style\n"
             "  quantize  quantize a GGUF model (llama.cpp types and mixes)\n"
             "  synth  write a synthetic model (random weights) at a real model's shape\n"
+            "  train  train a model (from a config or a GGUF) with AdamW\n"
+            "  distill  train a student on a teacher's logits (knowledge distillation)\n"
+            "  qat    quantization-aware training (fake quantization, STE)\n"
             "\n"
             "`kvant COMMAND --help` describes each command's options.\n",
             kvant_version());
@@ -46,6 +49,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "attn-stats")) return cmd_attn_stats(argc - 1, argv + 1);
     if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "distill")) return cmd_distill(argc - 1, argv + 1);
+    if (!strcmp(cmd, "qat")) return cmd_qat(argc - 1, argv + 1);
     fprintf(stderr, "kvant: unknown command '%s' (see kvant --help)\n", cmd);
     return CLI_USAGE;
 }

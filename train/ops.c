@@ -9,15 +9,19 @@
 #define R float
 #define S f
 #define TRAIN_FAST 1
+#define REXP(x) expf(x)
 #include "train/tmpl.h"
 #undef R
 #undef S
 #undef TRAIN_FAST
+#undef REXP
 
 #define R double
 #define S d
 #define TRAIN_FAST 0
+#define REXP(x) exp(x)
 #include "train/tmpl.h"
 #undef R
 #undef S
 #undef TRAIN_FAST
+#undef REXP

@@ -181,7 +181,7 @@ static void FN(att_task)(void *ctx, int ith, int nth) {
             }
             R sum = 0;
             for (int s = 0; s <= t; s++) {
-                a[s] = (R)exp((double)(a[s] - mx));
+                a[s] = REXP(a[s] - mx);
                 sum += a[s];
             }
             const R inv = (R)1 / sum;
@@ -247,11 +247,11 @@ void FN(trk_attention_bwd)(const train_exec *ex, R *dq, R *dk, R *dv, R *dp, con
 
 /* ---- SwiGLU: h = silu(g) * u ------------------------------------------------ */
 void FN(trk_swiglu)(R *h, const R *g, const R *u, int64_t n) {
-    for (int64_t i = 0; i < n; i++) h[i] = g[i] / ((R)1 + (R)exp(-(double)g[i])) * u[i];
+    for (int64_t i = 0; i < n; i++) h[i] = g[i] / ((R)1 + REXP(-g[i])) * u[i];
 }
 void FN(trk_swiglu_bwd)(R *dg, R *du, const R *dh, const R *g, const R *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
-        const R sg = (R)1 / ((R)1 + (R)exp(-(double)g[i])), silu = g[i] * sg;
+        const R sg = (R)1 / ((R)1 + REXP(-g[i])), silu = g[i] * sg;
         du[i] += dh[i] * silu;
         dg[i] += dh[i] * u[i] * sg * ((R)1 + g[i] * ((R)1 - sg));
     }
@@ -283,12 +283,12 @@ static void FN(loss_task)(void *ctx, int ith, int nth) {
         }
         double mx = -INFINITY, sum = 0;
         for (int v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
-        for (int v = 0; v < V; v++) sum += exp((double)z[v] - mx);
+        for (int v = 0; v < V; v++) sum += REXP((R)(z[v] - mx));
         const double lse = mx + log(sum);
         acc += a * (lse - (double)z[y]);
         if (!j->ls->teacher) {
             if (j->grad) {
-                for (int v = 0; v < V; v++) z[v] = (R)(a * exp((double)z[v] - lse) * j->inv_count);
+                for (int v = 0; v < V; v++) z[v] = (R)(a * REXP((R)(z[v] - lse)) * j->inv_count);
                 z[y] -= (R)(a * j->inv_count);
             }
             continue;
@@ -301,19 +301,19 @@ static void FN(loss_task)(void *ctx, int ith, int nth) {
             ms = z[v] / Tm > ms ? z[v] / Tm : ms;
         }
         for (int v = 0; v < V; v++) {
-            st += exp(zt[v] / Tm - mt);
-            ss += exp(z[v] / Tm - ms);
+            st += REXP((R)(zt[v] / Tm - mt));
+            ss += REXP((R)(z[v] / Tm - ms));
         }
         const double lt = mt + log(st), lss = ms + log(ss);
         double kl = 0;
         for (int v = 0; v < V; v++) {
-            const double lpt = zt[v] / Tm - lt, lps = z[v] / Tm - lss, pt = exp(lpt);
+            const double lpt = zt[v] / Tm - lt, lps = z[v] / Tm - lss, pt = REXP((R)lpt);
             kl += pt * (lpt - lps);
         }
         acc += (1 - a) * Tm * Tm * kl;
         if (j->grad) {
             for (int v = 0; v < V; v++) {
-                const double p = exp((double)z[v] - lse), pt = exp(zt[v] / Tm - lt), ps = exp(z[v] / Tm - lss);
+                const double p = REXP((R)(z[v] - lse)), pt = REXP((R)(zt[v] / Tm - lt)), ps = REXP((R)(z[v] / Tm - lss));
                 z[v] = (R)((a * (p - (v == y)) + (1 - a) * Tm * (ps - pt)) * j->inv_count);
             }
         }
