@@ -40,5 +40,10 @@ int cmd_bench(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
 int cmd_stream_ppl(int argc, char **argv);
 int cmd_attn_stats(int argc, char **argv);
+/* PTQ form of `kvant quantize` (cli/cmd_ptq.c) */
+bool cli_ptq_wanted(int argc, char **argv);
+void cli_ptq_help(void);
+int cmd_ptq_quantize(int argc, char **argv);
+int cmd_cliff(int argc, char **argv);
 
 #endif
