@@ -421,6 +421,37 @@ typedef struct {
 
 kvant_code kvant_train(const kvant_train_params *p, kvant_train_result *r, kvant_status *st);
 
+/* ---- PTQ: absmax / zero-point INT-n quantization (compress/ptq.h) ----------- */
+typedef struct {
+    const char *scheme;     /* "absmax" or "zeropoint" */
+    const char *granularity;/* "tensor", "channel" or "group:G" (G = 32, 64, 128) */
+    int bits;               /* 2..8 */
+    const char *clip;       /* NULL/"none" or "mse" (per-group clip ratio minimizing squared error) */
+    const char *calib_path; /* NULL, or a text: its activations weight the clipping error */
+    int calib_tokens;       /* tokens of it (0: 4096) */
+    const char *fallback;   /* rows fitting no group: NULL/"channel", "f16" or "f32" */
+    const char *keep;       /* NULL, or comma-separated name substrings kept F16 */
+    int n_threads;          /* 0: all CPUs */
+    bool quiet;             /* no per-tensor lines on stderr */
+} kvant_ptq_params;
+
+typedef struct {
+    double bpw;             /* bits per weight over all tensors (8 * bytes / elements) */
+    double quant_bpw;       /* over the quantized matrices only */
+    size_t bytes;           /* tensor bytes written */
+    int n_quantized, n_fallback, n_kept;
+    double seconds;
+} kvant_ptq_report;
+
+/* Quantizes a GGUF llama model to kvant's PTQ types; every 2-D weight matrix
+ * (not the norms) is quantized, rows that do not divide the group size fall
+ * back (fitting group, per channel, or kept) and are reported.  r may be NULL. */
+kvant_code kvant_ptq_quantize(const char *in_path, const char *out_path, const kvant_ptq_params *p,
+                              kvant_ptq_report *r, kvant_status *st);
+/* Fake quantization of a rows x cols float matrix in place (dequant(quant(x))),
+ * for experiments from outside the library. */
+kvant_code kvant_ptq_fake_quant(const kvant_ptq_params *p, float *x, int64_t rows, int64_t cols, kvant_status *st);
+
 /* ---- misc --------------------------------------------------------------- */
 const char *kvant_version(void);
 double kvant_time_ms(void); /* monotonic clock, milliseconds */

@@ -113,8 +113,8 @@ KERN_PTQ_FOR_EACH(KERN_PTQ_DECL_)
 /* a row of the type table (kern_type_traits) */
 #define KERN_PTQ_ROW_(S, B, G, g)                                                                           \
     [KERN_PTQ_T(S, B, G, g) - KT_KVANT_BASE] = {                                                            \
-        "PTQ_" #S #B "_" #G, (g) >= 2 ? 16 << (g) : 1,                                                      \
-        (g) >= 2 ? KERN_PTQ_BLOCK_BYTES(KERN_PTQ_SCHEME_##S, B, 16 << (g)) : 1,                              \
+        "PTQ_" #S #B "_" #G, (g) >= 2 ? 8 << (g) : 1,                                                      \
+        (g) >= 2 ? KERN_PTQ_BLOCK_BYTES(KERN_PTQ_SCHEME_##S, B, 8 << (g)) : 1,                              \
         kern_ptq_dequant_##S##B##_##G##_ref, kern_ptq_quant_##S##B##_##G##_ref, (g) >= 2 ? KT_Q8_0 : KT_F32, \
         kern_ptq_vec_dot_##S##B##_##G##_ref, (g) >= 2 ? 0 : kern_ptq_row_bytes_##S##B##_##G},
 #define KERN_PTQ_TYPE_ROWS KERN_PTQ_FOR_EACH(KERN_PTQ_ROW_)
