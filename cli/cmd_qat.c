@@ -18,15 +18,18 @@ static void qat_help(void) {
            "clamp cut the value); AdamW updates FP32 shadow weights.  --steps 0 writes the\n"
            "PTQ (round-to-nearest) model itself, the baseline.\n"
            "\n"
-           "OUT holds the quantized values (every matrix on its b-bit grid) stored as F32\n"
-           "with kvant.qat.* metadata, so run/ppl load it; the shadow weights go to\n"
-           "OUT.shadow.gguf (resume with --resume OUT.shadow.gguf).\n"
+           "Every 2-D weight matrix is quantized (token embedding and classifier too),\n"
+           "as `kvant quantize --scheme S --bits B --granularity G` does; rows that fit no\n"
+           "group of 32/64/128 use per-channel scales (the PTQ tool's default fallback).\n"
+           "OUT is written in the PTQ tool's types (kvant.ptq.* metadata) with the held\n"
+           "scales, so run/ppl load it and its values equal the trained forward's; the\n"
+           "FP32 shadow weights go to OUT.shadow.gguf (resume with --resume OUT.shadow.gguf).\n"
            "\n"
            "  -m, --model MODEL    GGUF model (any type)\n"
            "      --bits B         2..8\n"
-           "      --granularity G  group:N (N elements of a row) or channel (a whole row; default group:32)\n"
+           "      --granularity G  group:N (N = 32, 64, 128 elements of a row) or channel (default group:32)\n"
            "      --scheme S       zeropoint (default) or absmax\n"
-           "      --keep-embd      leave the token embedding in F32\n"
+           "      --ptq-clip C     none (default) or mse: the PTQ initialization's clipping\n"
            "%s",
            cli_train_common_help);
 }
@@ -41,7 +44,12 @@ int cmd_qat(int argc, char **argv) {
         if (cli_is(&a, "-h", "--help")) { qat_help(); return CLI_OK; }
         else if (cli_is(&a, "-m", "--model")) p.model = cli_str(&a);
         else if (cli_is(&a, "--bits", "-b")) p.qat_bits = cli_int(&a, 2, 8);
-        else if (cli_is(&a, "--keep-embd", NULL)) p.qat_skip_embd = true;
+        else if (cli_is(&a, "--ptq-clip", NULL)) {
+            const char *c = cli_str(&a);
+            if (!c) break;
+            if (!strcmp(c, "mse")) p.qat_clip_mse = true;
+            else if (strcmp(c, "none")) { fprintf(stderr, "kvant qat: bad --ptq-clip '%s' (mse or none)\n", c); return CLI_USAGE; }
+        }
         else if (cli_is(&a, "--granularity", "-g")) {
             const char *g = cli_str(&a);
             if (!g) break;

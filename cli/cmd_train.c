@@ -109,11 +109,11 @@ int cli_train_run(const char *cmd, kvant_train_params *p) {
     fprintf(stderr,
             "%s: %lld parameters, %lld training / %lld validation tokens\n"
             "  validation loss %.4f -> %.4f (ppl %.3f)\n"
-            "  speed: training step %.1f ms = %.0f tok/s; forward only %.1f ms = %.0f tok/s (%lld tokens, same "
-            "threads); step / forward = %.2fx\n"
+            "  speed: %.0f training tok/s over the run; fastest step %.1f ms, fastest forward only %.1f ms = "
+            "%.0f tok/s (%lld tokens, same threads): step / forward = %.2fx\n"
             "  wrote %s in %.1f s\n",
             cmd, (long long)r.n_params, (long long)r.n_train_tokens, (long long)r.n_val_tokens, r.init_val_loss,
-            r.val_loss, r.val_ppl, r.step_ms, r.train_tok_s, r.fwd_ms, r.fwd_tok_s, (long long)N,
+            r.val_loss, r.val_ppl, r.train_tok_s, r.step_ms, r.fwd_ms, r.fwd_tok_s, (long long)N,
             r.fwd_ms > 0 ? r.step_ms / r.fwd_ms : 0, p->out_path, r.seconds);
     if (g_json)
         printf("{\"n_params\": %lld, \"init_val_loss\": %.6f, \"val_loss\": %.6f, \"val_ppl\": %.6f, "

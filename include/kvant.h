@@ -393,9 +393,9 @@ typedef struct {
     const char *teacher;        /* distillation: teacher model (same tokenizer); NULL: none */
     float temp, alpha;          /* distillation temperature and hard-label weight */
     int qat_bits;               /* 2..8: quantization-aware training; 0: off */
-    int qat_group;              /* elements per group (0: per row) */
+    int qat_group;              /* elements per group: 32, 64, 128 (0: per row) */
     bool qat_zeropoint;         /* zero-point (asymmetric) instead of absmax */
-    bool qat_skip_embd;         /* keep the token embedding in F32 */
+    bool qat_clip_mse;          /* PTQ init with MSE-optimal clipping (quantize --clip mse) */
     const char *text_path, *out_path;
     const char *resume;         /* a checkpoint written by kvant_train (its .state beside it) */
     int steps, batch, ctx;      /* total optimizer steps; B sequences of T tokens per step */
@@ -414,8 +414,11 @@ typedef struct {
     int64_t n_params, n_train_tokens, n_val_tokens;
     double init_val_loss, val_loss, val_ppl;    /* validation (QAT: with quantized weights) */
     double last_loss;                           /* mean training loss of the last 10 steps */
-    double step_ms, fwd_ms;     /* mean training step; forward only, same batch, same threads */
-    double train_tok_s, fwd_tok_s;
+    double step_ms, fwd_ms;     /* fastest training step (forward + backward + AdamW; with a
+                                   teacher, its forward too); fastest forward only (plain CE),
+                                   same batch size and threads */
+    double train_tok_s;         /* training tokens / s over the whole run (mean step) */
+    double fwd_tok_s;           /* batch tokens / fwd_ms */
     double seconds;
 } kvant_train_result;
 

@@ -1,101 +1,119 @@
-/* qat.c - fake quantization with held scales and the straight-through
- * estimator's mask (definitions in train.h). */
+/* qat.c - fake quantization with the PTQ tool's quantizer, held scales,
+ * the straight-through estimator's mask, and the export in PTQ types. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/ptq.h"
+#include "kernels/types.h"
 #include "train/train.h"
 
-static bool quantized(const train_fq_params *p, const train_mat *t) {
-    if (!strcmp(t->kind, "tok_embd")) return p->embd;
-    if (!strcmp(t->kind, "output")) return p->output;
-    return true;
-}
-
-train_fq *train_fq_new(const train_model *m, const train_fq_params *p, kvant_status *st) {
-    if (p->bits < 2 || p->bits > 8) {
-        core_fail(st, KVANT_ERR_ARG, "bits must be 2..8, not %d", p->bits);
+train_fq *train_fq_new(const train_model *m, const ptq_spec *spec, kvant_status *st) {
+    if (!ptq_spec_valid(spec)) {
+        core_fail(st, KVANT_ERR_ARG, "bad quantization spec (bits 2..8, group >= 1)");
         return NULL;
-    }
-    size_t ng = 0;
-    train_mat t;
-    for (int i = 0; train_model_mat(m, i, &t); i++) {
-        if (!quantized(p, &t)) continue;
-        const int G = p->group > 0 ? p->group : t.cols;
-        if (t.cols % G) {
-            core_fail(st, KVANT_ERR_ARG, "group size %d does not divide the rows (%d) of %s", G, t.cols, t.kind);
-            return NULL;
-        }
-        ng += (size_t)t.rows * (t.cols / G);
     }
     train_fq *f = calloc(1, sizeof *f);
-    if (!f || !(f->scale = malloc(sizeof(float) * (ng + 1))) || !(f->zero = malloc(sizeof(float) * (ng + 1)))) {
-        train_fq_free(f);
-        core_fail(st, KVANT_ERR_NOMEM, "out of memory");
-        return NULL;
-    }
-    f->p = *p;
-    f->n_groups = ng;
-    const int b = p->bits;
-    size_t gi = 0;
-    for (int i = 0; train_model_mat(m, i, &t); i++) {
-        if (!quantized(p, &t)) continue;
-        const int G = p->group > 0 ? p->group : t.cols;
-        for (size_t g0 = 0; g0 < (size_t)t.rows * t.cols; g0 += G, gi++) {
-            const float *w = m->p + t.off + g0;
-            float mn = w[0], mx = w[0], am = 0;
-            for (int k = 0; k < G; k++) {
-                mn = w[k] < mn ? w[k] : mn;
-                mx = w[k] > mx ? w[k] : mx;
-                am = fabsf(w[k]) > am ? fabsf(w[k]) : am;
-            }
-            if (p->scheme == TRAIN_FQ_ABSMAX) {
-                f->scale[gi] = am > 0 ? am / (float)((1 << (b - 1)) - 1) : 1.0f;
-                f->zero[gi] = 0;
-            } else {
-                mn = mn > 0 ? 0 : mn; /* the range holds 0 (exact zeros stay zero) */
-                mx = mx < 0 ? 0 : mx;
-                const float s = mx > mn ? (mx - mn) / (float)((1 << b) - 1) : 1.0f;
-                f->scale[gi] = s;
-                f->zero[gi] = roundf(-mn / s);
-            }
+    if (!f) goto oom;
+    f->spec = *spec;
+    train_mat t;
+    while (train_model_mat(m, f->n_mats, &t)) f->n_mats++;
+    if (!(f->mats = calloc((size_t)f->n_mats, sizeof *f->mats))) goto oom;
+    for (int i = 0; i < f->n_mats; i++) {
+        train_model_mat(m, i, &t);
+        char note[256];
+        train_fq_mat *fm = &f->mats[i];
+        fm->type = ptq_storage_type(spec, t.cols, &fm->used, note, sizeof note);
+        if (fm->type < 0) {
+            train_fq_free(f);
+            core_fail(st, KVANT_ERR_ARG, "no PTQ storage type for this spec (group sizes: 32, 64, 128)");
+            return NULL;
         }
+        fm->qp0 = f->n_qp;
+        f->n_qp += (size_t)ptq_n_qp(&fm->used, t.rows, t.cols);
+    }
+    if (!(f->qp = malloc(sizeof(ptq_qp) * (f->n_qp + 1)))) goto oom;
+    for (int i = 0; i < f->n_mats; i++) {
+        train_model_mat(m, i, &t);
+        ptq_quantize_matrix(&f->mats[i].used, m->p + t.off, t.rows, t.cols, NULL, NULL, f->qp + f->mats[i].qp0);
     }
     core_ok(st);
     return f;
+oom:
+    train_fq_free(f);
+    core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+    return NULL;
 }
 
 void train_fq_free(train_fq *f) {
     if (!f) return;
-    free(f->scale);
-    free(f->zero);
+    free(f->mats);
+    free(f->qp);
     free(f);
+}
+
+/* codes of one matrix under the held parameters (as ptq_fake_quant rounds);
+ * y: dequantized values, u: codes, mask: STE (each may be NULL) */
+static void quant_mat(const train_fq *f, int i, const train_mat *t, const float *x, float *y, uint8_t *u,
+                      uint8_t *mask) {
+    const train_fq_mat *fm = &f->mats[i];
+    const ptq_spec *s = &fm->used;
+    const int umax = (1 << s->bits) - 1;
+    const int64_t G = s->gran == PTQ_GROUP ? s->group : t->cols, ng = ptq_groups_per_row(s, t->cols);
+    const ptq_qp *qp = f->qp + fm->qp0;
+    for (int64_t r = 0; r < t->rows; r++)
+        for (int64_t c = 0; c < t->cols; c++) {
+            const ptq_qp q = s->gran == PTQ_TENSOR ? qp[0] : qp[r * ng + c / G];
+            const float id = q.scale != 0.0f ? 1.0f / q.scale : 0.0f;
+            const int64_t k = r * t->cols + c;
+            int v = (int)lrintf(x[k] * id) + q.zero;
+            if (mask) mask[k] = v >= 0 && v <= umax;
+            v = v < 0 ? 0 : v > umax ? umax : v;
+            if (u) u[k] = (uint8_t)v;
+            if (y) y[k] = q.scale * (float)(v - q.zero);
+        }
 }
 
 void train_fq_apply(const train_exec *ex, const train_fq *f, const train_model *m, float *Wq, uint8_t *mask) {
     (void)ex;
     memcpy(Wq, m->p, sizeof(float) * m->n);
     if (mask) memset(mask, 1, m->n);
-    const int b = f->p.bits;
-    const float qlo = f->p.scheme == TRAIN_FQ_ABSMAX ? -(float)(1 << (b - 1)) : 0.0f;
-    const float qhi = f->p.scheme == TRAIN_FQ_ABSMAX ? (float)((1 << (b - 1)) - 1) : (float)((1 << b) - 1);
-    size_t gi = 0;
     train_mat t;
-    for (int i = 0; train_model_mat(m, i, &t); i++) {
-        if (!quantized(&f->p, &t)) continue;
-        const int G = f->p.group > 0 ? f->p.group : t.cols;
-        for (size_t g0 = 0; g0 < (size_t)t.rows * t.cols; g0 += G, gi++) {
-            const float s = f->scale[gi], z = f->zero[gi];
-            const float *w = m->p + t.off + g0;
-            float *o = Wq + t.off + g0;
-            for (int k = 0; k < G; k++) {
-                float q = roundf(w[k] / s) + z;
-                if (q < qlo || q > qhi) {
-                    q = q < qlo ? qlo : qhi;
-                    if (mask) mask[t.off + g0 + k] = 0;
-                }
-                o[k] = s * (q - z);
-            }
+    for (int i = 0; i < f->n_mats && train_model_mat(m, i, &t); i++)
+        quant_mat(f, i, &t, m->p + t.off, Wq + t.off, NULL, mask ? mask + t.off : NULL);
+}
+
+kvant_code train_fq_write(const train_fq *f, const train_model *m, int i, gguf_writer *w, const char *name,
+                          kvant_status *st) {
+    train_mat t;
+    if (i < 0 || i >= f->n_mats || !train_model_mat(m, i, &t)) return core_fail(st, KVANT_ERR_ARG, "no matrix %d", i);
+    const train_fq_mat *fm = &f->mats[i];
+    const ptq_spec *s = &fm->used;
+    const size_t rb = kern_row_bytes(fm->type, t.cols);
+    uint8_t *u = malloc((size_t)t.rows * t.cols), *out = malloc(rb * (size_t)t.rows);
+    if (!u || !out) {
+        free(u);
+        free(out);
+        return core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+    }
+    quant_mat(f, i, &t, m->p + t.off, NULL, u, NULL);
+    const int64_t ng = ptq_groups_per_row(s, t.cols);
+    const ptq_qp *qp = f->qp + fm->qp0;
+    for (int64_t r = 0; r < t.rows; r++) {
+        uint8_t *o = out + (size_t)r * rb;
+        if (s->gran != PTQ_GROUP) {
+            const ptq_qp q = qp[s->gran == PTQ_TENSOR ? 0 : r];
+            kern_ptq_write(o, s->scheme, s->bits, q.scale, q.zero, u + r * t.cols, t.cols);
+            continue;
+        }
+        for (int64_t g = 0; g < ng; g++) {
+            const ptq_qp q = qp[r * ng + g];
+            o += kern_ptq_write(o, s->scheme, s->bits, q.scale, q.zero, u + r * t.cols + g * s->group, s->group);
         }
     }
+    const int64_t ne[2] = {t.cols, t.rows};
+    kvant_code rc = gguf_writer_add_tensor(w, name, fm->type, 2, ne, out, st);
+    free(u);
+    free(out);
+    return rc;
 }

@@ -17,7 +17,9 @@
 #ifndef KVANT_TRAIN_H
 #define KVANT_TRAIN_H
 
+#include "compress/ptq.h"
 #include "core/core.h"
+#include "format/gguf.h"
 
 typedef struct {
     int dim, hidden, n_layers, n_heads, n_kv_heads, head_dim, vocab, ctx;
@@ -163,34 +165,38 @@ float train_lr(const train_opt *o, int64_t step);
 float train_adamw(const train_exec *ex, train_model *m, const train_opt *o, float lr, const uint8_t *mask);
 
 /* ---- fake quantization (QAT) ---------------------------------------------
- * Per group of G consecutive elements of a row (G = cols: per channel):
- *   absmax:    s = max|w| / (2^(b-1) - 1),  q = clamp(round(w/s), -2^(b-1), 2^(b-1)-1),  w' = s q
- *   zeropoint: s = (max - min) / (2^b - 1), z = round(-min/s),
- *              q = clamp(round(w/s) + z, 0, 2^b - 1),                    w' = s (q - z)
- * Scales and zero-points are set once from the weights (PTQ's round to
- * nearest) and then held; the straight-through estimator passes the
- * gradient of w' to w where round(w/s) (+z) lies in the range and drops it
- * where the clamp cut it. */
-typedef enum { TRAIN_FQ_ABSMAX, TRAIN_FQ_ZEROPOINT } train_fq_scheme;
+ * The PTQ tool's quantizer (compress/ptq.h): every matrix (token embedding,
+ * the layers' linears, the classifier), per group of a row / channel /
+ * tensor, absmax or zero-point at b bits: x^ = scale * (u - zero), u in
+ * [0, 2^b - 1].  Each matrix gets the spec the PTQ tool would store it in
+ * (ptq_storage_type: rows that fit no group of 32/64/128 fall back to per
+ * channel).  Scales and zero-points come from PTQ (ptq_choose on the
+ * starting weights: round to nearest, optional MSE clipping) and are then
+ * held; the straight-through estimator passes the gradient of x^ to x where
+ * round(x / scale) + zero lies in [0, 2^b - 1] and drops it where the clamp
+ * cut it. */
 typedef struct {
-    train_fq_scheme scheme;
-    int bits;           /* 2..8 */
-    int group;          /* elements per group; must divide each quantized row */
-    bool embd;          /* also quantize tok_embd (and a tied classifier) */
-    bool output;        /* also quantize a separate classifier */
-} train_fq_params;
+    ptq_spec used;      /* as stored */
+    int type;           /* PTQ storage type */
+    size_t qp0;         /* first of its ptq_n_qp(used, rows, cols) parameter sets */
+} train_fq_mat;
 
 typedef struct {
-    train_fq_params p;
-    size_t n_groups;
-    float *scale, *zero;    /* per group, groups in train_model_mat order */
+    ptq_spec spec;
+    int n_mats;
+    train_fq_mat *mats;     /* train_model_mat order */
+    ptq_qp *qp;
+    size_t n_qp;
 } train_fq;
-/* sets scales / zero-points from m->p (round-to-nearest PTQ init) */
-train_fq *train_fq_new(const train_model *m, const train_fq_params *p, kvant_status *st);
+train_fq *train_fq_new(const train_model *m, const ptq_spec *spec, kvant_status *st);
 void train_fq_free(train_fq *f);
-/* Wq = fakequant(m->p) for the quantized matrices, a copy elsewhere;
- * mask (n bytes) = 1 where the STE passes the gradient */
+/* Wq = fakequant(m->p) for the matrices, a copy elsewhere; mask (n bytes,
+ * may be NULL) = 1 where the STE passes the gradient */
 void train_fq_apply(const train_exec *ex, const train_fq *f, const train_model *m, float *Wq, uint8_t *mask);
+/* adds matrix i (train_model_mat order) of m->p to w in its PTQ type, with
+ * the held scales: its dequantization equals train_fq_apply's values */
+kvant_code train_fq_write(const train_fq *f, const train_model *m, int i, gguf_writer *w, const char *name,
+                          kvant_status *st);
 
 /* ---- data ------------------------------------------------------------------
  * Token windows: training tokens and validation tokens (the last 10% of the
