@@ -281,9 +281,10 @@ kvant_code kvant_train(const kvant_train_params *p, kvant_train_result *res, kva
      * fastest of each (the machine may be shared: minima are the least
      * disturbed) */
     double fwd_min = INFINITY, step_min = INFINITY;
-    train_data_batch(&r.data, B, T, r.in, r.tg);
     {
-        const uint64_t rng_keep = r.data.rng;
+        train_data tmp = r.data; /* the timing batch; a fresh run then skips it, a resumed one does not */
+        train_data_batch(&tmp, B, T, r.in, r.tg);
+        if (!p->resume) r.data.rng = tmp.rng;
         train_model *keep = r.teacher;
         r.teacher = NULL;
         step_loss(&r, r.m->p, false); /* warm-up */
@@ -294,7 +295,6 @@ kvant_code kvant_train(const kvant_train_params *p, kvant_train_result *res, kva
             fwd_min = dt < fwd_min ? dt : fwd_min;
         }
         r.teacher = keep;
-        r.data.rng = rng_keep;
     }
 
     res->init_val_loss = val_loss(&r, weights(&r));
@@ -309,7 +309,8 @@ kvant_code kvant_train(const kvant_train_params *p, kvant_train_result *res, kva
     double step_ms_sum = 0, last_sum = 0;
     int timed = 0, last_n = 0;
     const int64_t first_step = r.m->step;
-    while (r.m->step < p->steps) {
+    const int64_t stop = p->stop_at > 0 && p->stop_at < p->steps ? p->stop_at : p->steps;
+    while (r.m->step < stop) {
         const double t0 = core_time_ms();
         train_data_batch(&r.data, B, T, r.in, r.tg);
         const float *P = weights(&r);
@@ -331,7 +332,7 @@ kvant_code kvant_train(const kvant_train_params *p, kvant_train_result *res, kva
         timed++;
         if (r.m->step > p->steps - 10) { last_sum += loss; last_n++; }
         double vl = NAN;
-        if ((p->eval_every > 0 && r.m->step % p->eval_every == 0) || r.m->step == p->steps) vl = val_loss(&r, weights(&r));
+        if ((p->eval_every > 0 && r.m->step % p->eval_every == 0) || r.m->step == stop) vl = val_loss(&r, weights(&r));
         if (csv) {
             fprintf(csv, "%lld,%.6f,", (long long)r.m->step, loss);
             if (!isnan(vl)) fprintf(csv, "%.6f", vl);
@@ -340,7 +341,7 @@ kvant_code kvant_train(const kvant_train_params *p, kvant_train_result *res, kva
         if (p->progress) {
             const double per = step_ms_sum / timed;
             kvant_train_progress pr = {(int)r.m->step, p->steps, loss, vl, lr, gn, N / (per / 1000),
-                                       per * (p->steps - r.m->step) / 1000};
+                                       per * (stop - r.m->step) / 1000};
             p->progress(p->user, &pr);
         }
     }

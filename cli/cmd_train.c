@@ -12,6 +12,7 @@ const char *const cli_train_common_help =
     "  -f, --file TEXT      training text; its last 10% (from a line start) is the validation part\n"
     "  -o, --output OUT     checkpoint (GGUF, loadable by run/ppl); optimizer state in OUT.state\n"
     "      --steps N        optimizer steps in all (default 1000; with --resume: the total to reach)\n"
+    "      --stop-at N      stop after step N (schedule still over --steps; continue with --resume)\n"
     "      --batch B        sequences per step (default 8)\n"
     "      --ctx T          tokens per sequence (default 128)\n"
     "      --lr LR          peak learning rate (default 1e-3); linear warm-up, cosine decay\n"
@@ -34,6 +35,7 @@ bool cli_train_flag(cli_args *a, kvant_train_params *p) {
     if (cli_is(a, "-f", "--file")) p->text_path = cli_str(a);
     else if (cli_is(a, "-o", "--output")) p->out_path = cli_str(a);
     else if (cli_is(a, "--steps", NULL)) p->steps = cli_int(a, 0, 100000000);
+    else if (cli_is(a, "--stop-at", NULL)) p->stop_at = cli_int(a, 1, 100000000);
     else if (cli_is(a, "--batch", NULL)) p->batch = cli_int(a, 1, 4096);
     else if (cli_is(a, "--ctx", "-c")) p->ctx = cli_int(a, 2, 65536);
     else if (cli_is(a, "--lr", NULL)) p->lr = cli_float(a, 0, 10);

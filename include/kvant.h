@@ -399,6 +399,8 @@ typedef struct {
     const char *text_path, *out_path;
     const char *resume;         /* a checkpoint written by kvant_train (its .state beside it) */
     int steps, batch, ctx;      /* total optimizer steps; B sequences of T tokens per step */
+    int stop_at;                /* > 0: stop (and write the checkpoint) after this step; the
+                                   schedule still spans `steps`, so --resume continues exactly */
     int eval_every;             /* validation loss every K steps (0: only at the start and end) */
     int eval_windows;           /* validation windows of ctx tokens at most (0: 64) */
     int warmup, n_threads;

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "format/gguf.h"
 #include "api/api.h"
 #include "train/convert.h"
 #include "train/train.h"
@@ -366,6 +367,91 @@ static void test_fake_quant(void **s) {
     train_model_free(m);
 }
 
+/* the commands: train from a config, stop and resume (bit-exact with an
+ * uninterrupted run), distill, QAT steps 0 = the PTQ tool's file; all
+ * checkpoints load in kvant ppl */
+static void tensors_equal(const char *a, const char *b) {
+    kvant_status st;
+    gguf_ctx *ga = gguf_open(a, &st), *gb = gguf_open(b, &st);
+    assert_non_null(ga);
+    assert_non_null(gb);
+    assert_int_equal(gguf_n_tensors(ga), gguf_n_tensors(gb));
+    for (int64_t i = 0; i < gguf_n_tensors(ga); i++) {
+        const gguf_tensor *x = gguf_tensor_at(ga, i), *y = gguf_find_tensor(gb, x->name);
+        assert_non_null(y);
+        assert_int_equal(x->type, y->type);
+        assert_int_equal(x->nbytes, y->nbytes);
+        assert_memory_equal(x->data, y->data, x->nbytes);
+    }
+    gguf_close(ga);
+    gguf_close(gb);
+}
+static double json_num(const char *json, const char *key) {
+    const char *p = strstr(json, key);
+    assert_non_null(p);
+    return atof(p + strlen(key) + 3);
+}
+static void test_cli(void **s) {
+    size_t len;
+    char *text = read_file(shared_path("corpora/tinystories_val_subset.txt"), &len);
+    FILE *f = fopen(tmp_path("train_small.txt"), "wb");
+    fwrite(text, 1, 40000, f);
+    fclose(f);
+    free(text);
+    char small[512], tokm[512], cmd[4096];
+    snprintf(small, sizeof small, "%s", tmp_path("train_small.txt"));
+    snprintf(tokm, sizeof tokm, "%s", shared_path("models/stories260K.gguf"));
+    const char *cfg = "--config dim=16,layers=2,heads=4,kv_heads=2,hidden=32";
+    const char *common = "--steps 8 --batch 2 --ctx 16 --eval-every 4 --eval-windows 8 -t 1 --json";
+    int rc;
+    char a[512], b[512], c[512];
+    snprintf(a, sizeof a, "%s", tmp_path("train_a.gguf"));
+    snprintf(b, sizeof b, "%s", tmp_path("train_b.gguf"));
+    snprintf(c, sizeof c, "%s", tmp_path("train_c.gguf"));
+    snprintf(cmd, sizeof cmd, "%s train %s --tokenizer-from %s -f %s %s -o %s 2>/dev/null", KVANT_BIN, cfg, tokm, small,
+             common, a);
+    char *out = run_capture(cmd, &rc);
+    assert_int_equal(rc, 0);
+    assert_true(json_num(out, "\"val_loss\"") < json_num(out, "\"init_val_loss\""));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s train %s --tokenizer-from %s -f %s %s --stop-at 3 -o %s 2>/dev/null", KVANT_BIN, cfg,
+             tokm, small, common, b);
+    free(run_capture(cmd, &rc));
+    assert_int_equal(rc, 0);
+    snprintf(cmd, sizeof cmd, "%s train %s --tokenizer-from %s -f %s %s --resume %s -o %s 2>/dev/null", KVANT_BIN, cfg,
+             tokm, small, common, b, c);
+    free(run_capture(cmd, &rc));
+    assert_int_equal(rc, 0);
+    tensors_equal(a, c); /* stop + resume == one run */
+    snprintf(cmd, sizeof cmd, "%s ppl -m %s -f %s -c 16 --chunks 4 2>/dev/null", KVANT_BIN, c, small);
+    free(run_capture(cmd, &rc));
+    assert_int_equal(rc, 0);
+    /* distillation from stories260K */
+    snprintf(cmd, sizeof cmd, "%s distill --teacher %s --student dim=16,layers=2,heads=4,kv_heads=2,hidden=32 "
+             "-f %s %s --temp 2 --alpha 0.5 -o %s 2>/dev/null", KVANT_BIN, tokm, small, common, b);
+    out = run_capture(cmd, &rc);
+    assert_int_equal(rc, 0);
+    assert_true(json_num(out, "\"val_loss\"") < json_num(out, "\"init_val_loss\""));
+    free(out);
+    /* QAT with 0 steps writes what the PTQ tool writes */
+    snprintf(cmd, sizeof cmd, "%s qat -m %s -f %s --bits 3 --granularity group:32 --steps 0 -t 1 -o %s 2>/dev/null",
+             KVANT_BIN, tokm, small, a);
+    free(run_capture(cmd, &rc));
+    assert_int_equal(rc, 0);
+    snprintf(cmd, sizeof cmd, "%s quantize %s %s --scheme zeropoint --bits 3 --granularity group:32 -q 2>/dev/null",
+             KVANT_BIN, tokm, c);
+    free(run_capture(cmd, &rc));
+    assert_int_equal(rc, 0);
+    tensors_equal(a, c);
+    /* usage errors */
+    snprintf(cmd, sizeof cmd, "%s train -f %s -o %s 2>/dev/null", KVANT_BIN, small, a);
+    free(run_capture(cmd, &rc));
+    assert_int_equal(rc, 2);
+    snprintf(cmd, sizeof cmd, "%s qat -m %s -f %s --bits 9 -o %s 2>/dev/null", KVANT_BIN, tokm, small, a);
+    free(run_capture(cmd, &rc));
+    assert_int_equal(rc, 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_op_matmul),     cmocka_unit_test(test_op_rmsnorm),
@@ -373,7 +459,7 @@ int main(void) {
         cmocka_unit_test(test_op_swiglu),     cmocka_unit_test(test_op_loss),
         cmocka_unit_test(test_model_grad),    cmocka_unit_test(test_float_vs_double),
         cmocka_unit_test(test_matches_inference), cmocka_unit_test(test_adamw_and_schedule),
-        cmocka_unit_test(test_fake_quant),
+        cmocka_unit_test(test_fake_quant),    cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
