@@ -168,6 +168,45 @@ static void run_free(run *r) {
     free(r->data.val);
 }
 
+/* ---- iterative pruning ------------------------------------------------------ */
+static int cmp_abs(const void *a, const void *b) {
+    const float x = fabsf(*(const float *)a), y = fabsf(*(const float *)b);
+    return x < y ? -1 : x > y;
+}
+/* masks the `frac` smallest |w| of every row of the layer matrices (masks
+ * only grow: a pruned weight is 0 and sorts first); zeroes them and their
+ * AdamW moments; returns the sparsity reached over those matrices */
+static double prune_round(run *r, double frac, float *row_scratch) {
+    train_model *m = r->m;
+    train_mat t;
+    size_t n = 0, z = 0;
+    for (int i = 0; train_model_mat(m, i, &t); i++) {
+        if (t.layer < 0) continue;
+        const int k = (int)(frac * t.cols + 0.5);
+        for (int row = 0; row < t.rows; row++) {
+            float *w = m->p + t.off + (size_t)row * t.cols;
+            uint8_t *mk = r->mask + t.off + (size_t)row * t.cols;
+            memcpy(row_scratch, w, sizeof(float) * t.cols);
+            qsort(row_scratch, (size_t)t.cols, sizeof(float), cmp_abs);
+            const float thr = k > 0 ? fabsf(row_scratch[k - 1]) : -1.0f;
+            int removed = 0;
+            for (int c = 0; c < t.cols; c++) /* exactly k: ties at the threshold go first-come */
+                if (!mk[c] || (fabsf(w[c]) <= thr && removed < k)) {
+                    mk[c] = 0;
+                    removed++;
+                }
+            for (int c = 0; c < t.cols; c++)
+                if (!mk[c]) {
+                    const size_t o = t.off + (size_t)row * t.cols + c;
+                    m->p[o] = m->m[o] = m->v[o] = 0;
+                    z++;
+                }
+            n += (size_t)t.cols;
+        }
+    }
+    return n ? (double)z / (double)n : 0;
+}
+
 /* QAT export: the PTQ tool's metadata and types, with the held scales */
 static void qat_meta(void *user, gguf_writer *w) {
     const run *r = user;
@@ -251,6 +290,14 @@ kvant_code kvant_train(const kvant_train_params *p, kvant_train_result *res, kva
         train_acts_make(&r.teacher->cfg, B, T, nth, &r.ta);
         if (!(r.TA = malloc(sizeof(float) * r.ta.n))) { rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory"); goto done; }
     }
+    if (p->prune_sparsity > 0 && p->qat_bits)
+        { rc = core_fail(st, KVANT_ERR_ARG, "pruning and QAT at once is not supported"); goto done; }
+    if (p->prune_sparsity > 0) {
+        if (p->prune_sparsity >= 1 || p->prune_rounds < 1)
+            { rc = core_fail(st, KVANT_ERR_ARG, "prune sparsity must be in (0, 1) and rounds >= 1"); goto done; }
+        if (!(r.mask = malloc(r.m->n))) { rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory"); goto done; }
+        memset(r.mask, 1, r.m->n);
+    }
     if (p->qat_bits) {
         const ptq_spec spec = {p->qat_zeropoint ? PTQ_ZEROPOINT : PTQ_ABSMAX, p->qat_bits,
                                p->qat_group > 0 ? PTQ_GROUP : PTQ_CHANNEL, p->qat_group > 0 ? p->qat_group : 0,
@@ -310,7 +357,22 @@ kvant_code kvant_train(const kvant_train_params *p, kvant_train_result *res, kva
     int timed = 0, last_n = 0;
     const int64_t first_step = r.m->step;
     const int64_t stop = p->stop_at > 0 && p->stop_at < p->steps ? p->stop_at : p->steps;
+    float *row_scratch = NULL;
+    if (p->prune_sparsity > 0) {
+        int maxc = r.m->cfg.dim > r.m->cfg.hidden ? r.m->cfg.dim : r.m->cfg.hidden;
+        maxc = maxc > r.m->cfg.n_heads * r.m->cfg.head_dim ? maxc : r.m->cfg.n_heads * r.m->cfg.head_dim;
+        if (!(row_scratch = malloc(sizeof(float) * (size_t)maxc))) { rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory"); goto done; }
+    }
+    const int64_t round_len = p->prune_sparsity > 0 ? (p->steps + p->prune_rounds - 1) / p->prune_rounds : 0;
     while (r.m->step < stop) {
+        if (round_len && (r.m->step % round_len == 0 || r.m->step == first_step)) { /* next pruning round (all rounds up to now on resume) */
+            const int k = (int)(r.m->step / round_len) + 1;
+            const double f = p->prune_sparsity * (1 - pow(1 - (double)k / p->prune_rounds, 3));
+            for (int j = 1; j <= k; j++)
+                res->sparsity = prune_round(&r, p->prune_sparsity * (1 - pow(1 - (double)j / p->prune_rounds, 3)), row_scratch);
+            core_log(KVANT_LOG_INFO, "pruning round %d/%d: %.1f%% of each row of the layer matrices masked (%.1f%% reached)",
+                     k, p->prune_rounds, 100 * f, 100 * res->sparsity);
+        }
         const double t0 = core_time_ms();
         train_data_batch(&r.data, B, T, r.in, r.tg);
         const float *P = weights(&r);
@@ -353,6 +415,7 @@ kvant_code kvant_train(const kvant_train_params *p, kvant_train_result *res, kva
         res->train_tok_s = N / (step_ms_sum / timed / 1000);
     }
     res->last_loss = last_n ? last_sum / last_n : NAN;
+    free(row_scratch);
     const float *Pfinal = weights(&r);
     res->val_loss = val_loss(&r, Pfinal);
     res->val_ppl = exp(res->val_loss);

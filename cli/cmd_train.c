@@ -108,21 +108,24 @@ int cli_train_run(const char *cmd, kvant_train_params *p) {
         return cli_status_exit(&st);
     }
     const int64_t N = (int64_t)p->batch * p->ctx;
+    char sp[96] = "";
+    if (p->prune_sparsity > 0) snprintf(sp, sizeof sp, "  sparsity of the layer matrices: %.2f%%\n", 100 * r.sparsity);
     fprintf(stderr,
             "%s: %lld parameters, %lld training / %lld validation tokens\n"
             "  validation loss %.4f -> %.4f (ppl %.3f)\n"
             "  speed: %.0f training tok/s over the run; fastest step %.1f ms, fastest forward only %.1f ms = "
             "%.0f tok/s (%lld tokens, same threads): step / forward = %.2fx\n"
+            "%s"
             "  wrote %s in %.1f s\n",
             cmd, (long long)r.n_params, (long long)r.n_train_tokens, (long long)r.n_val_tokens, r.init_val_loss,
             r.val_loss, r.val_ppl, r.train_tok_s, r.step_ms, r.fwd_ms, r.fwd_tok_s, (long long)N,
-            r.fwd_ms > 0 ? r.step_ms / r.fwd_ms : 0, p->out_path, r.seconds);
+            r.fwd_ms > 0 ? r.step_ms / r.fwd_ms : 0, sp, p->out_path, r.seconds);
     if (g_json)
         printf("{\"n_params\": %lld, \"init_val_loss\": %.6f, \"val_loss\": %.6f, \"val_ppl\": %.6f, "
                "\"last_loss\": %.6f, \"step_ms\": %.3f, \"fwd_ms\": %.3f, \"train_tok_s\": %.1f, \"fwd_tok_s\": %.1f, "
-               "\"step_over_fwd\": %.3f, \"seconds\": %.2f}\n",
+               "\"step_over_fwd\": %.3f, \"sparsity\": %.5f, \"seconds\": %.2f}\n",
                (long long)r.n_params, r.init_val_loss, r.val_loss, r.val_ppl, r.last_loss, r.step_ms, r.fwd_ms,
-               r.train_tok_s, r.fwd_tok_s, r.fwd_ms > 0 ? r.step_ms / r.fwd_ms : 0, r.seconds);
+               r.train_tok_s, r.fwd_tok_s, r.fwd_ms > 0 ? r.step_ms / r.fwd_ms : 0, r.sparsity, r.seconds);
     return CLI_OK;
 }
 
@@ -141,6 +144,12 @@ static void train_help(void) {
            "                       (also head_dim, ctx, rope_base, tied=0/1; hidden defaults\n"
            "                       to 8*dim/3 rounded up to 32)\n"
            "      --tokenizer-from MODEL  GGUF whose tokenizer and vocabulary a config uses\n"
+           "      --prune S        iterative pruning to sparsity S: in each of --prune-rounds K\n"
+           "                       rounds (default 4), mask the smallest |w| of every output row\n"
+           "                       of the layer matrices (attn q/k/v/output, ffn gate/up/down;\n"
+           "                       cubic schedule S (1 - (1 - k/K)^3)), zero them, then\n"
+           "                       fine-tune with the mask held\n"
+           "      --prune-finetune-steps N  fine-tuning steps per round (--steps = K N)\n"
            "%s",
            cli_train_common_help);
 }
@@ -148,14 +157,20 @@ static void train_help(void) {
 int cmd_train(int argc, char **argv) {
     cli_args a = {argc, 1, argv, "kvant train", false};
     kvant_train_params p = kvant_train_default();
+    p.prune_rounds = 4;
+    int finetune = 0;
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) { train_help(); return CLI_OK; }
         else if (cli_is(&a, "-m", "--model")) p.model = cli_str(&a);
         else if (cli_is(&a, "--config", NULL)) p.config = cli_str(&a);
         else if (cli_is(&a, "--tokenizer-from", NULL)) p.tokenizer_from = cli_str(&a);
+        else if (cli_is(&a, "--prune", NULL)) p.prune_sparsity = cli_float(&a, 0.001f, 0.999f);
+        else if (cli_is(&a, "--prune-rounds", NULL)) p.prune_rounds = cli_int(&a, 1, 1000);
+        else if (cli_is(&a, "--prune-finetune-steps", NULL)) finetune = cli_int(&a, 1, 10000000);
         else if (!cli_train_flag(&a, &p)) cli_unknown(&a);
     }
     if (a.error) return CLI_USAGE;
+    if (finetune) p.steps = p.prune_rounds * finetune;
     if (!p.model == !p.config) {
         fprintf(stderr, "kvant train: give -m MODEL or --config CFG (see --help)\n");
         return CLI_USAGE;

@@ -396,6 +396,10 @@ typedef struct {
     int qat_group;              /* elements per group: 32, 64, 128 (0: per row) */
     bool qat_zeropoint;         /* zero-point (asymmetric) instead of absmax */
     bool qat_clip_mse;          /* PTQ init with MSE-optimal clipping (quantize --clip mse) */
+    float prune_sparsity;       /* > 0: iterative magnitude pruning of the layer matrices (not the
+                                   embedding / classifier), per output row, to this sparsity */
+    int prune_rounds;           /* rounds: round k masks target * (1 - (1 - k/K)^3) of each row,
+                                   then fine-tunes steps / K steps with the mask held */
     const char *text_path, *out_path;
     const char *resume;         /* a checkpoint written by kvant_train (its .state beside it) */
     int steps, batch, ctx;      /* total optimizer steps; B sequences of T tokens per step */
@@ -416,6 +420,7 @@ typedef struct {
     int64_t n_params, n_train_tokens, n_val_tokens;
     double init_val_loss, val_loss, val_ppl;    /* validation (QAT: with quantized weights) */
     double last_loss;                           /* mean training loss of the last 10 steps */
+    double sparsity;                            /* pruning: share of zeros in the layer matrices */
     double step_ms, fwd_ms;     /* fastest training step (forward + backward + AdamW; with a
                                    teacher, its forward too); fastest forward only (plain CE),
                                    same batch size and threads */
