@@ -207,7 +207,8 @@ static void test_model_grad(void **s) {
 static void test_float_vs_double(void **s) {
     train_config c = tiny(false);
     c.dim = 64; c.hidden = 96; c.head_dim = 16; c.rope_dim = 16; c.vocab = 80;
-    const int B = 3, T = 8;
+    const int B = 8, T = 128; /* N = 1024: the threaded transposes run too */
+    c.ctx = T;
     train_model *m = train_model_new(&c, NULL);
     train_model_init(m, 7);
     for (size_t i = 0; i < m->n; i++) m->p[i] += 0.05f * (float)drand();
@@ -218,8 +219,8 @@ static void test_float_vs_double(void **s) {
     float *Af = malloc(sizeof(float) * a.n);
     double *Ad = malloc(sizeof(double) * a.n), *Pd = malloc(sizeof(double) * m->n), *Gd = calloc(m->n, sizeof(double));
     for (size_t i = 0; i < m->n; i++) Pd[i] = m->p[i];
-    int32_t in[24], tg[24];
-    for (int i = 0; i < B * T; i++) { in[i] = (i * 13 + 1) % c.vocab; tg[i] = (i * 17 + 2) % c.vocab; }
+    int32_t in[1024], tg[1024];
+    for (int i = 0; i < B * T; i++) { in[i] = (i * 13 + 1 + i / 7) % c.vocab; tg[i] = (i * 17 + 2 + i / 5) % c.vocab; }
     train_loss_spec ls = {tg, NULL, 1, 1};
     const double lf = train_forward_f(ex, &c, &m->lay, &a, m->p, Af, in, &ls, true);
     train_backward_f(ex, &c, &m->lay, &a, m->p, m->g, Af, in);

@@ -42,28 +42,46 @@ void FN(trk_matmul)(const train_exec *ex, R *y, const R *x, const R *w, int N, i
 /* dx (N, I) += dy (N, O) . w (O, I);   dw (O, I) += dy^T (O, N) . x (N, I)
  * (dx or dw NULL: not wanted) */
 #if TRAIN_FAST
-static void FN(transpose)(R *dst, const R *src, int rows, int cols) { /* dst (cols, rows) */
+/* dst (cols, rows) = src (rows, cols)^T, or dst += src (add: rows = 1, cols = n); threads split src rows */
+typedef struct { R *dst; const R *src; int rows, cols; bool add; } FN(tr_job);
+static void FN(tr_task)(void *ctx, int ith, int nth) {
+    const FN(tr_job) *j = ctx;
     enum { BS = 32 };
-    for (int r0 = 0; r0 < rows; r0 += BS)
-        for (int c0 = 0; c0 < cols; c0 += BS)
-            for (int r = r0; r < r0 + BS && r < rows; r++)
-                for (int c = c0; c < c0 + BS && c < cols; c++) dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+    int64_t lo, hi;
+    if (j->add) {
+        core_split(j->cols, ith, nth, &lo, &hi);
+        for (int64_t i = lo; i < hi; i++) j->dst[i] += j->src[i];
+        return;
+    }
+    core_split((j->rows + BS - 1) / BS, ith, nth, &lo, &hi);
+    for (int r0 = (int)lo * BS; r0 < hi * BS && r0 < j->rows; r0 += BS)
+        for (int c0 = 0; c0 < j->cols; c0 += BS)
+            for (int r = r0; r < r0 + BS && r < j->rows; r++)
+                for (int c = c0; c < c0 + BS && c < j->cols; c++)
+                    j->dst[(size_t)c * j->rows + r] = j->src[(size_t)r * j->cols + c];
 }
-static void FN(add_to)(R *dst, const R *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+static void FN(transpose)(const train_exec *ex, R *dst, const R *src, int rows, int cols) {
+    FN(tr_job) j = {dst, src, rows, cols, false};
+    if ((double)rows * cols < KERN_MT_MIN_WORK) FN(tr_task)(&j, 0, 1);
+    else FN(run)(ex, FN(tr_task), &j);
+}
+static void FN(add_to)(const train_exec *ex, R *dst, const R *src, size_t n) {
+    FN(tr_job) j = {dst, src, 1, (int)n, true};
+    if ((double)n < KERN_MT_MIN_WORK) FN(tr_task)(&j, 0, 1);
+    else FN(run)(ex, FN(tr_task), &j);
 }
 void FN(trk_matmul_bwd)(const train_exec *ex, R *dx, R *dw, const R *dy, const R *x, const R *w, int N, int O, int I) {
     R *t1 = ex->t1, *t2 = ex->t2, *tmp = ex->tmp;
     if (dx) { /* dx = dy . w  =  dy (N rows of O) against w^T (I rows of O) */
-        FN(transpose)(t1, w, O, I);
+        FN(transpose)(ex, t1, w, O, I);
         kern_matmul(ex->pool, ex->mm, t1, KT_F32, dy, tmp, N, I, O);
-        FN(add_to)(dx, tmp, (size_t)N * I);
+        FN(add_to)(ex, dx, tmp, (size_t)N * I);
     }
     if (dw) { /* dw = dy^T . x  =  dy^T (O rows of N) against x^T (I rows of N) */
-        FN(transpose)(t1, x, N, I);
-        FN(transpose)(t2, dy, N, O);
+        FN(transpose)(ex, t1, x, N, I);
+        FN(transpose)(ex, t2, dy, N, O);
         kern_matmul(ex->pool, ex->mm, t1, KT_F32, t2, tmp, O, I, N);
-        FN(add_to)(dw, tmp, (size_t)O * I);
+        FN(add_to)(ex, dw, tmp, (size_t)O * I);
     }
 }
 #else
