@@ -38,7 +38,7 @@ set terminal png size 900,560
 set output "$OUT/distill_loss.png"
 set datafile separator ","
 set key autotitle columnhead
-set title "student $STUDENT: validation cross-entropy (hard labels) vs step"
+set title "student $STUDENT, teacher stories260K, alpha $ALPHA: validation cross-entropy vs step" noenhanced
 set xlabel "step"; set ylabel "validation loss (nats/token)"
 set yrange [*:*]
 plot "$OUT/scratch.csv" every ::2 using 1:(\$3 == 0 ? NaN : \$3) with linespoints title "scratch", \
