@@ -303,6 +303,11 @@ kvant_code kvant_train(const kvant_train_params *p, kvant_train_result *res, kva
                                p->qat_group > 0 ? PTQ_GROUP : PTQ_CHANNEL, p->qat_group > 0 ? p->qat_group : 0,
                                p->qat_clip_mse ? PTQ_CLIP_MSE : PTQ_CLIP_NONE};
         if (!(r.fq = train_fq_new(r.m, &spec, st))) { rc = st->code; goto done; }
+        if (p->resume) { /* the interrupted run's held scales, not new ones from the shadow weights */
+            char sp[4096];
+            snprintf(sp, sizeof sp, "%s.state", p->resume);
+            if ((rc = train_state_load_fq(r.fq, sp, st))) goto done;
+        }
         r.Wq = malloc(sizeof(float) * r.m->n);
         r.mask = malloc(r.m->n);
         if (!r.Wq || !r.mask) { rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory"); goto done; }
@@ -432,7 +437,7 @@ kvant_code kvant_train(const kvant_train_params *p, kvant_train_result *res, kva
             if ((rc = train_model_save(r.m, NULL, src, "qat shadow weights", sp, NULL, st))) goto done;
             snprintf(sp, sizeof sp, "%s.shadow.gguf.state", p->out_path);
         }
-        if ((rc = train_state_save(r.m, sp, r.data.rng, st))) goto done;
+        if ((rc = train_state_save(r.m, sp, r.data.rng, r.fq, st))) goto done;
     }
     res->seconds = (core_time_ms() - t_start) / 1000;
 done:

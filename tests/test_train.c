@@ -444,6 +444,19 @@ static void test_cli(void **s) {
     free(run_capture(cmd, &rc));
     assert_int_equal(rc, 0);
     tensors_equal(a, c);
+    /* QAT stopped and resumed (held scales restored) == one run */
+    const char *qc = "--bits 2 --granularity group:32 --steps 4 --batch 2 --ctx 16 --eval-every 0 --eval-windows 2 -t 1";
+    snprintf(cmd, sizeof cmd, "%s qat -m %s -f %s %s -o %s 2>/dev/null", KVANT_BIN, tokm, small, qc, a);
+    free(run_capture(cmd, &rc));
+    assert_int_equal(rc, 0);
+    snprintf(cmd, sizeof cmd, "%s qat -m %s -f %s %s --stop-at 2 -o %s 2>/dev/null", KVANT_BIN, tokm, small, qc, b);
+    free(run_capture(cmd, &rc));
+    assert_int_equal(rc, 0);
+    snprintf(cmd, sizeof cmd, "%s qat -m %s -f %s %s --resume %s.shadow.gguf -o %s 2>/dev/null", KVANT_BIN, tokm, small,
+             qc, b, c);
+    free(run_capture(cmd, &rc));
+    assert_int_equal(rc, 0);
+    tensors_equal(a, c);
     /* usage errors */
     snprintf(cmd, sizeof cmd, "%s train -f %s -o %s 2>/dev/null", KVANT_BIN, small, a);
     free(run_capture(cmd, &rc));

@@ -117,7 +117,8 @@ kvant_code train_model_save(const train_model *t, const float *P, const model *t
 }
 
 /* ---- optimizer state: a GGUF side file with m, v and the step ---------------- */
-kvant_code train_state_save(const train_model *t, const char *path, uint64_t rng, kvant_status *st) {
+kvant_code train_state_save(const train_model *t, const char *path, uint64_t rng, const train_fq *fq,
+                            kvant_status *st) {
     gguf_writer *w = gguf_writer_new();
     if (!w) return core_fail(st, KVANT_ERR_NOMEM, "out of memory");
     gguf_writer_add_str(w, "general.architecture", "kvant-train-state");
@@ -127,6 +128,19 @@ kvant_code train_state_save(const train_model *t, const char *path, uint64_t rng
     const int64_t ne[1] = {(int64_t)t->n};
     kvant_code rc = gguf_writer_add_tensor(w, "kvant.adam.m", KT_F32, 1, ne, t->m, st);
     if (!rc) rc = gguf_writer_add_tensor(w, "kvant.adam.v", KT_F32, 1, ne, t->v, st);
+    if (!rc && fq) {
+        float *buf = malloc(sizeof(float) * 2 * (fq->n_qp + 1));
+        if (!buf) rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+        else {
+            for (size_t i = 0; i < fq->n_qp; i++) {
+                buf[2 * i] = fq->qp[i].scale;
+                buf[2 * i + 1] = (float)fq->qp[i].zero;
+            }
+            const int64_t ne2[2] = {2, (int64_t)fq->n_qp};
+            rc = gguf_writer_add_tensor(w, "kvant.qat.qp", KT_F32, 2, ne2, buf, st);
+            free(buf);
+        }
+    }
     if (!rc) rc = gguf_writer_write_file(w, path, st);
     gguf_writer_free(w);
     return rc;
@@ -153,6 +167,24 @@ kvant_code train_state_load(train_model *t, const char *path, uint64_t *rng, kva
         if (gv && gv->type == GGUF_UINT64) rr = gv->u64;
         (void)r;
         *rng = rr;
+    }
+    gguf_close(g);
+    return rc;
+}
+
+kvant_code train_state_load_fq(train_fq *fq, const char *path, kvant_status *st) {
+    gguf_ctx *g = gguf_open(path, st);
+    if (!g) return st->code;
+    const gguf_tensor *t = gguf_find_tensor(g, "kvant.qat.qp");
+    kvant_code rc = KVANT_OK;
+    if (!t || t->type != KT_F32 || t->ne[0] != 2 || t->ne[1] != (int64_t)fq->n_qp || t->nbytes != fq->n_qp * 8)
+        rc = core_fail(st, KVANT_ERR_FORMAT, "%s: no QAT scales for this model and spec", path);
+    else {
+        const float *d = t->data;
+        for (size_t i = 0; i < fq->n_qp; i++) {
+            fq->qp[i].scale = d[2 * i];
+            fq->qp[i].zero = (int)d[2 * i + 1];
+        }
     }
     gguf_close(g);
     return rc;

@@ -24,7 +24,12 @@ typedef struct {
 kvant_code train_model_save(const train_model *t, const float *P, const model *tok_src, const char *name,
                             const char *path, const train_save_hook *hook, kvant_status *st);
 /* AdamW moments + step + data RNG, for --resume */
-kvant_code train_state_save(const train_model *t, const char *path, uint64_t rng, kvant_status *st);
+/* fq: NULL, or QAT's held scales / zero-points, saved too (so a resumed QAT
+ * run quantizes exactly as the interrupted one) */
+kvant_code train_state_save(const train_model *t, const char *path, uint64_t rng, const train_fq *fq,
+                            kvant_status *st);
+/* QAT: replaces fq's scales / zero-points with those saved in the state file */
+kvant_code train_state_load_fq(train_fq *fq, const char *path, kvant_status *st);
 kvant_code train_state_load(train_model *t, const char *path, uint64_t *rng, kvant_status *st);
 
 #endif
