@@ -24,6 +24,9 @@ static void usage(FILE *f) {
             "  serve  OpenAI-compatible HTTP server (continuous batching)\n"
             "  loadgen  load generator for OpenAI-compatible servers (TTFT, TPOT, ITL, throughput)\n"
             "  bench-batch  N sequences decoding together through the serving engine\n"
+            "  train  train a model (from a config or a GGUF) with AdamW\n"
+            "  distill  train a student on a teacher's logits (knowledge distillation)\n"
+            "  qat    quantization-aware training (fake quantization, STE)\n"
             "\n"
             "`kvant COMMAND --help` describes each command's options.\n",
             kvant_version());
@@ -56,6 +59,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "loadgen")) return cmd_loadgen(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-batch")) return cmd_bench_batch(argc - 1, argv + 1);
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "distill")) return cmd_distill(argc - 1, argv + 1);
+    if (!strcmp(cmd, "qat")) return cmd_qat(argc - 1, argv + 1);
     fprintf(stderr, "kvant: unknown command '%s' (see kvant --help)\n", cmd);
     return CLI_USAGE;
 }

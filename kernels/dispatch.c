@@ -25,6 +25,7 @@
 
 #include "core/core.h"
 #include "kernels/tiers.h"
+#include "kernels/ptq.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define KERN_X86 1
@@ -32,7 +33,7 @@
 #define KERN_X86 0
 #endif
 
-static kern_type_ops g_ops[KERN_TIER_COUNT][KT_GGML_COUNT];
+static kern_type_ops g_ops[KERN_TIER_COUNT][KT_KVANT_END]; /* indexed by type number */
 static kern_tier g_best = KERN_TIER_SCALAR;
 static atomic_int g_active = KERN_TIER_SCALAR;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -77,7 +78,7 @@ static int env_tier(void) {
 }
 
 static void init(void) {
-    for (int t = 0; t < KT_GGML_COUNT; t++) {
+    for (int t = 0; t < KT_KVANT_END; t++) {
         const kern_type_traits *tt = kern_type_get(t);
         if (tt) /* gemm: NULL (call vec_dot per pair) */
             g_ops[KERN_TIER_REF][t] = (kern_type_ops){.to_float = tt->to_float, .from_float = tt->from_float_ref,
@@ -90,6 +91,7 @@ static void init(void) {
         if (tier == KERN_TIER_SCALAR) kern_tier_scalar_install(g_ops[tier]);
 #if KERN_X86
         if (tier == KERN_TIER_AVX2) kern_tier_avx2_install(g_ops[tier]);
+        if (tier == KERN_TIER_AVX2) kern_ptq_avx2_install(g_ops[tier]);
         if (tier == KERN_TIER_AVX512) kern_tier_avx512_install(g_ops[tier], has_bf16);
 #endif
     }
@@ -109,7 +111,7 @@ kern_tier kern_active_tier(void) { ready(); return (kern_tier)atomic_load_explic
 
 const kern_type_ops *kern_ops_tier(int t, kern_tier tier) {
     ready();
-    if (t < 0 || t >= KT_GGML_COUNT || !kern_type_get(t)) return 0;
+    if (t < 0 || t >= KT_KVANT_END || !kern_type_get(t)) return 0;
     if ((int)tier < 0 || tier > g_best) return 0;
     return &g_ops[tier][t];
 }

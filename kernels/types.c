@@ -1,6 +1,7 @@
 /* types.c - the one table of tensor types.  Row = ggml type number. */
 #include "kernels/quants.h"
 #include "kernels/types.h"
+#include "kernels/ptq.h"
 
 static const kern_type_traits g_types[KT_GGML_COUNT] = {
     /* name    block   bytes/block          to_float               from_float_ref       vec_dot_type  vec_dot_ref */
@@ -27,7 +28,14 @@ static const kern_type_traits g_types[KT_GGML_COUNT] = {
     [KT_F64]  = {"F64", 1, 8, 0, 0, 0, 0},
 };
 
+/* kvant's own types, numbered from KT_KVANT_BASE (row = number - KT_KVANT_BASE) */
+static const kern_type_traits g_kvant_types[KT_KVANT_END - KT_KVANT_BASE] = {
+    KERN_PTQ_TYPE_ROWS /* 1024..1093: PTQ absmax / zero-point INT-n (kernels/ptq.h) */
+};
+
 const kern_type_traits *kern_type_get(int t) {
+    if (t >= KT_KVANT_BASE && t < KT_KVANT_END)
+        return g_kvant_types[t - KT_KVANT_BASE].name ? &g_kvant_types[t - KT_KVANT_BASE] : 0;
     if (t < 0 || t >= KT_GGML_COUNT || !g_types[t].name) return 0;
     return &g_types[t];
 }
@@ -40,6 +48,7 @@ const char *kern_type_name(int t) {
 size_t kern_row_bytes(int t, int64_t n) {
     const kern_type_traits *tt = kern_type_get(t);
     if (!tt || n < 0 || n % tt->block_size) return 0;
+    if (tt->row_bytes) return tt->row_bytes(n);
     uint64_t r;
     if (__builtin_mul_overflow((uint64_t)(n / tt->block_size), (uint64_t)tt->type_size, &r)) return 0;
     return (size_t)r;
