@@ -96,6 +96,7 @@ kvant_code kvant_perplexity(kvant_model *m, const char *text, size_t len, const 
     s.logits = malloc(sizeof(float) * (size_t)c * s.V);
     int32_t *win = malloc(sizeof(int32_t) * (size_t)c);
     kvant_code rc = s.seq && s.logits && win ? KVANT_OK : core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+    if (rc == KVANT_OK && p->int8) rc = kvant_seq_use_int8(s.seq, p->int8, st);
     if (rc == KVANT_OK && p->kl_base) {
         s.base_seq = kvant_seq_new(p->kl_base, c, st);
         s.base_logits = malloc(sizeof(float) * (size_t)c * s.V);

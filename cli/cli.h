@@ -40,6 +40,24 @@ int cmd_bench(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
 int cmd_stream_ppl(int argc, char **argv);
 int cmd_attn_stats(int argc, char **argv);
+int cmd_outliers(int argc, char **argv);
+int cmd_bench_int8(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_loadgen(int argc, char **argv);
+int cmd_bench_batch(int argc, char **argv);
+/* training (cli/cmd_train.c, cmd_distill.c, cmd_qat.c) */
+int cmd_train(int argc, char **argv);
+int cmd_distill(int argc, char **argv);
+int cmd_qat(int argc, char **argv);
+extern const char *const cli_train_common_help;
+bool cli_train_flag(cli_args *a, kvant_train_params *p);
+int cli_train_run(const char *cmd, kvant_train_params *p);
+
+/* PTQ form of `kvant quantize` (cli/cmd_ptq.c) */
+bool cli_ptq_wanted(int argc, char **argv);
+void cli_ptq_help(void);
+int cmd_ptq_quantize(int argc, char **argv);
+int cmd_cliff(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
 
 #endif

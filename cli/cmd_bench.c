@@ -11,6 +11,7 @@
 #include <sys/resource.h>
 
 #include "cli/cli.h"
+#include "cli/int8_flags.h"
 
 static void bench_help(void) {
     printf("usage: kvant bench -m MODEL [-p 512] [-n 128] [-t N] [-r 5] [--json]\n"
@@ -28,6 +29,7 @@ static void bench_help(void) {
            "      --kv K           paged (default) or contiguous\n"
            "      --kv-type T      f32 (default), f16 or q8_0\n"
            "      --kv-mem MiB     paged: block pool budget (default: sized for -p/-n)\n"
+           "      --w8a8, --int8-mixed, --smoothquant ...  INT8 linear layers (kvant ppl --help)\n"
            "      --block-size N   paged: tokens per block (default 16)\n"
            "      --json           one JSON object per test instead of the table\n"
            "The last line gives the peak resident memory of the process.\n",
@@ -71,6 +73,9 @@ int cmd_bench(int argc, char **argv) {
     int n_prompt = 512, n_gen = 128, threads = 0, reps = 5;
     bool json = false;
     kvant_seq_params sp = kvant_seq_default();
+    cli_int8 i8;
+    cli_int8_init(&i8);
+    kvant_int8 *q8 = NULL;
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) { bench_help(); return CLI_OK; }
         else if (cli_is(&a, "-m", "--model")) path = cli_str(&a);
@@ -85,6 +90,7 @@ int cmd_bench(int argc, char **argv) {
         else if (cli_is(&a, "--kv-type", NULL)) sp.kv_type = cli_str(&a);
         else if (cli_is(&a, "--kv-mem", NULL)) sp.kv_mem_mib = cli_float(&a, 0.001f, 1e7f);
         else if (cli_is(&a, "--block-size", NULL)) sp.block_size = cli_int(&a, 1, 4096);
+        else if (cli_int8_flag(&a, &i8)) {}
         else cli_unknown(&a);
     }
     if (a.error) return CLI_USAGE;
@@ -113,6 +119,13 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "kvant bench: %s\n", seq ? "out of memory" : st.msg);
         goto done;
     }
+    if ((rc = cli_int8_build(&i8, m, "kvant bench", &q8)) != CLI_OK) goto done;
+    rc = CLI_FAIL;
+    cli_int8_describe(&i8, q8, "kvant bench");
+    if (q8 && kvant_seq_use_int8(seq, q8, &st)) {
+        fprintf(stderr, "kvant bench: %s\n", st.msg);
+        goto done;
+    }
     uint64_t r = 12345;
     for (int i = 0; i < n_ctx; i++) {
         r = r * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -133,7 +146,8 @@ int cmd_bench(int argc, char **argv) {
         if (sum > best) { best = sum; main_type = ti.type_name; }
     }
     char model_desc[160];
-    snprintf(model_desc, sizeof model_desc, "%s %s", in.name, main_type);
+    snprintf(model_desc, sizeof model_desc, "%s %s%s%s", in.name, main_type, q8 ? " " : "",
+             !q8 ? "" : i8.smooth ? "SmoothQuant-W8A8" : !strcmp(i8.p.mode, "mixed") ? "LLM.int8" : "W8A8");
     if (!json) {
         printf("| model | size | params | backend | threads | test | t/s |\n");
         printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
@@ -171,6 +185,8 @@ done:
     free(logits);
     free(toks);
     kvant_seq_free(seq);
+    kvant_int8_free(q8);
+    cli_int8_free(&i8);
     kvant_model_free(m);
     return rc;
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/int8_flags.h"
 
 static void ppl_help(void) {
     printf("usage: kvant ppl -m MODEL -f TEXT [-c 512] [--chunks N] [--stride S] [--kl-base BASE] [--json]\n"
@@ -27,6 +28,7 @@ static void ppl_help(void) {
            "      --attn A         flash (default) or naive\n"
            "      --kv-type T      KV cache of the evaluated model: f32 (default), f16, q8_0\n"
            "      --json           print the result as one JSON object\n");
+    cli_int8_help();
 }
 
 /* a redrawn bar on a terminal; one line per 10% otherwise (logs) */
@@ -51,6 +53,9 @@ int cmd_ppl(int argc, char **argv) {
     kvant_ppl_params p = {.n_ctx = 512};
     int threads = 0;
     bool json = false;
+    cli_int8 i8;
+    cli_int8_init(&i8);
+    kvant_int8 *q8 = NULL;
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) { ppl_help(); return CLI_OK; }
         else if (cli_is(&a, "-m", "--model")) path = cli_str(&a);
@@ -64,6 +69,7 @@ int cmd_ppl(int argc, char **argv) {
         else if (cli_is(&a, "--json", NULL)) json = true;
         else if (cli_is(&a, "--attn", NULL)) p.attn = cli_str(&a);
         else if (cli_is(&a, "--kv-type", NULL)) p.kv_type = cli_str(&a);
+        else if (cli_int8_flag(&a, &i8)) {}
         else cli_unknown(&a);
     }
     if (a.error) return CLI_USAGE;
@@ -107,6 +113,10 @@ int cmd_ppl(int argc, char **argv) {
         goto done;
     }
     p.kl_base = base;
+    if ((rc = cli_int8_build(&i8, m, "kvant ppl", &q8)) != CLI_OK) goto done;
+    rc = CLI_FAIL;
+    cli_int8_describe(&i8, q8, "kvant ppl");
+    p.int8 = q8;
     bool tty = isatty(2);
     p.progress = progress;
     p.user = &tty;
@@ -121,6 +131,14 @@ int cmd_ppl(int argc, char **argv) {
                "\"tokens_scored\": %lld, \"text_tokens\": %lld, \"ppl\": %.6f, \"ppl_err\": %.6f, \"seconds\": %.3f",
                path, file, p.n_ctx, p.stride, r.n_chunks, (long long)r.n_scored, (long long)r.n_text_tokens, r.ppl,
                r.ppl_err, r.seconds);
+        if (q8) {
+            kvant_int8_stats qs;
+            kvant_int8_get_stats(q8, &qs);
+            printf(", \"int8_mode\": \"%s\", \"smoothquant\": %s, \"alpha\": %.3f, \"threshold\": %.3f, "
+                   "\"outlier_cols_per_matmul\": %.4f",
+                   i8.p.mode, i8.smooth ? "true" : "false", i8.p.alpha, i8.p.threshold,
+                   qs.matmuls ? (double)qs.outlier_cols / (double)qs.matmuls : 0.0);
+        }
         if (r.has_kl)
             printf(", \"base\": \"%s\", \"base_ppl\": %.6f, \"ppl_ratio\": %.6f, \"kl_mean\": %.6g, \"kl_p99\": %.6g, "
                    "\"kl_max\": %.6g, \"same_top\": %.6f",
@@ -131,6 +149,13 @@ int cmd_ppl(int argc, char **argv) {
                p.stride ? "sliding" : "llama.cpp-style", p.n_ctx, (long long)r.n_scored, (long long)r.n_text_tokens,
                r.seconds);
         printf("PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_err);
+        if (q8) {
+            kvant_int8_stats qs;
+            kvant_int8_get_stats(q8, &qs);
+            if (!strcmp(i8.p.mode, "mixed"))
+                printf("LLM.int8: %.3f outlier columns per matmul on average (%lld matmuls)\n",
+                       qs.matmuls ? (double)qs.outlier_cols / (double)qs.matmuls : 0.0, (long long)qs.matmuls);
+        }
         if (r.has_kl) {
             printf("base PPL = %.4f, ratio = %.4f\n", r.base_ppl, r.ppl_ratio);
             printf("KL divergence: mean %.6f, p99 %.6f, max %.6f\n", r.kl_mean, r.kl_p99, r.kl_max);
@@ -139,6 +164,8 @@ int cmd_ppl(int argc, char **argv) {
     }
     rc = CLI_OK;
 done:
+    kvant_int8_free(q8);
+    cli_int8_free(&i8);
     kvant_model_free(base);
     kvant_model_free(m);
     free(text);

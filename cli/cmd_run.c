@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 
 #include "cli/cli.h"
+#include "cli/int8_flags.h"
 
 static void run_help(void) {
     printf("usage: kvant run -m MODEL [options]\n"
@@ -41,6 +42,7 @@ static void run_help(void) {
            "                         and peak resident memory to stderr\n"
            "  -h, --help             this text\n",
            kvant_default_threads());
+    cli_int8_help();
 }
 
 typedef struct {
@@ -49,12 +51,14 @@ typedef struct {
     bool no_cache, ignore_eos, seed_set;
     kvant_sampling samp;
     kvant_seq_params seq;
+    cli_int8 i8;
 } run_opts;
 
 /* returns -1 to continue, or an exit code */
 static int parse(int argc, char **argv, run_opts *o) {
     cli_args a = {argc, 1, argv, "kvant run", false};
     *o = (run_opts){.prompt = "", .n_predict = 128, .samp = kvant_sampling_default(), .seq = kvant_seq_default()};
+    cli_int8_init(&o->i8);
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) { run_help(); return CLI_OK; }
         else if (cli_is(&a, "-m", "--model")) o->model = cli_str(&a);
@@ -80,6 +84,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (cli_is(&a, "--block-size", NULL)) o->seq.block_size = cli_int(&a, 1, 4096);
         else if (cli_is(&a, "--sink", NULL)) o->seq.sink = cli_int(&a, 0, 1 << 20);
         else if (cli_is(&a, "--window", NULL)) o->seq.window = cli_int(&a, 1, 1 << 22);
+        else if (cli_int8_flag(&a, &o->i8)) {}
         else cli_unknown(&a);
     }
     if (a.error) return CLI_USAGE;
@@ -157,6 +162,7 @@ int cmd_run(int argc, char **argv) {
     float *logits = malloc((size_t)info.vocab_size * sizeof *logits);
     kvant_seq *seq = NULL;
     kvant_sampler *smp = NULL;
+    kvant_int8 *q8 = NULL;
     rc = CLI_FAIL;
     if (!tokens || !logits) goto done;
     int n_prompt = kvant_tokenize(m, o.prompt, plen, true, tokens, cap);
@@ -179,6 +185,10 @@ int cmd_run(int argc, char **argv) {
         rc = st.code == KVANT_ERR_ARG ? CLI_USAGE : CLI_FAIL;
         goto done;
     }
+    if ((rc = cli_int8_build(&o.i8, m, "kvant run", &q8)) != CLI_OK) goto done;
+    rc = CLI_FAIL;
+    cli_int8_describe(&o.i8, q8, "kvant run");
+    if (q8 && kvant_seq_use_int8(seq, q8, &st)) goto fwd_fail;
     for (int i = 0; i < n_prompt; i++) kvant_sampler_accept(smp, tokens[i]);
 
     run_stats s = {.n_prompt = n_prompt};
@@ -226,6 +236,8 @@ fwd_fail:
 done:
     kvant_sampler_free(smp);
     kvant_seq_free(seq);
+    kvant_int8_free(q8);
+    cli_int8_free(&o.i8);
     free(tokens);
     free(logits);
     kvant_model_free(m);

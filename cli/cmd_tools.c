@@ -70,6 +70,7 @@ static void quantize_help(void) {
     printf("\n  --pure   every matrix in TYPE (llama.cpp --pure)\n"
            "  -t N     threads (default: all CPUs)\n"
            "  -q       no per-tensor progress\n");
+    cli_ptq_help();
 }
 
 int cmd_quantize(int argc, char **argv) {
@@ -77,6 +78,9 @@ int cmd_quantize(int argc, char **argv) {
     const char *pos[3] = {0};
     int npos = 0;
     kvant_quantize_params p = {0};
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { quantize_help(); return CLI_OK; }
+    if (cli_ptq_wanted(argc, argv)) return cmd_ptq_quantize(argc, argv);
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) { quantize_help(); return CLI_OK; }
         else if (cli_is(&a, "--pure", NULL)) p.pure = true;

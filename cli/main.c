@@ -19,6 +19,14 @@ static void usage(FILE *f) {
             "  bench  prefill (pp) and decode (tg) tokens/s, llama-bench style\n"
             "  quantize  quantize a GGUF model (llama.cpp types and mixes)\n"
             "  synth  write a synthetic model (random weights) at a real model's shape\n"
+            "  outliers  activation outliers at every linear layer's input (LLM.int8 criterion)\n"
+            "  bench-int8  INT8 GEMM (W8A8, LLM.int8) vs the F32 matmul at layer shapes\n"
+            "  serve  OpenAI-compatible HTTP server (continuous batching)\n"
+            "  loadgen  load generator for OpenAI-compatible servers (TTFT, TPOT, ITL, throughput)\n"
+            "  bench-batch  N sequences decoding together through the serving engine\n"
+            "  train  train a model (from a config or a GGUF) with AdamW\n"
+            "  distill  train a student on a teacher's logits (knowledge distillation)\n"
+            "  qat    quantization-aware training (fake quantization, STE)\n"
             "  prune  prune a GGUF model (magnitude, Wanda, SparseGPT, structured; 2:4 formats)\n"
             "\n"
             "`kvant COMMAND --help` describes each command's options.\n",
@@ -47,6 +55,14 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "attn-stats")) return cmd_attn_stats(argc - 1, argv + 1);
     if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return cmd_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "outliers")) return cmd_outliers(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench-int8")) return cmd_bench_int8(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "loadgen")) return cmd_loadgen(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench-batch")) return cmd_bench_batch(argc - 1, argv + 1);
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
+    if (!strcmp(cmd, "distill")) return cmd_distill(argc - 1, argv + 1);
+    if (!strcmp(cmd, "qat")) return cmd_qat(argc - 1, argv + 1);
     if (!strcmp(cmd, "prune")) return cmd_prune(argc - 1, argv + 1);
     fprintf(stderr, "kvant: unknown command '%s' (see kvant --help)\n", cmd);
     return CLI_USAGE;

@@ -326,6 +326,8 @@ typedef struct {
     const char *kv_type;    /* NULL (f32), "f16" or "q8_0": the model's KV cache */
     void (*progress)(void *user, int done, int total, double ppl_so_far);
     void *user;
+    struct kvant_int8 *int8; /* NULL, or run the evaluated model through this INT8
+                                setup (LLM.int8, SmoothQuant W8A8; see kvant_int8_new) */
 } kvant_ppl_params;
 
 typedef struct {
@@ -369,6 +371,207 @@ typedef struct {
 
 kvant_code kvant_stream_ppl(kvant_model *m, const char *text, size_t len, const kvant_stream_params *p,
                             kvant_stream_result *r, kvant_status *st);
+
+/* ---- INT8 inference: outliers, LLM.int8, SmoothQuant W8A8 ----------------------
+ * A kvant_int8 is a way of running a model's linear layers (wq..w_down; the
+ * classifier stays in the model's type): weights are converted once to INT8
+ * per output channel, activations are quantized per token at each matmul.
+ *   "w8a8"   INT8 x INT8 GEMM for everything;
+ *   "mixed"  LLM.int8: input columns with some |x| >= threshold in the batch
+ *            are computed in F32 from the original weights, the rest in INT8;
+ *   "f32"    no quantization: only the function-preserving transforms below.
+ * Transforms (before quantization): synthetic outliers (inject_*) and
+ * SmoothQuant (smooth: per-channel scales from calibration on calib_text,
+ * folded into attn_norm / ffn_norm and the wq/wk/wv, gate/up columns). */
+typedef struct kvant_int8 kvant_int8;
+typedef struct {
+    const char *mode;       /* "w8a8", "mixed" or "f32" */
+    float threshold;        /* mixed: outlier magnitude (default 6.0) */
+    bool smooth;            /* SmoothQuant */
+    float alpha;            /* migration strength in [0, 1] (default 0.5) */
+    bool smooth_wo;         /* smooth: also wo's input, through wv's output rows per KV head */
+    const char *calib_text; /* smooth: calibration text (required) */
+    size_t calib_len;
+    int calib_tokens;       /* calibration tokens at most (default 4096) */
+    int calib_ctx;          /* tokens per calibration chunk, BOS first (default 512) */
+    const int *inject_dims; /* synthetic outliers: these hidden dims are multiplied by */
+    int n_inject;           /* inject_scale at every attn/ffn norm and the matching weight */
+    float inject_scale;     /* columns divided by it (the model's function is unchanged) */
+    void (*progress)(void *user, const char *what, int done, int total);
+    void *user;
+} kvant_int8_params;
+kvant_int8_params kvant_int8_default(void);
+/* Builds the setup for m (calibration runs here); m must outlive it. */
+kvant_int8 *kvant_int8_new(kvant_model *m, const kvant_int8_params *p, kvant_status *st);
+/* Every sequence given to kvant_seq_use_int8 must be freed first. */
+void kvant_int8_free(kvant_int8 *q);
+/* The sequence's forward passes use q from now on (a fresh sequence of
+ * q's model, or reset it first).  A kvant_seq_fork of it does not inherit
+ * the INT8 matmuls: call this on the fork too. */
+kvant_code kvant_seq_use_int8(kvant_seq *s, kvant_int8 *q, kvant_status *st);
+typedef struct {
+    int64_t matmuls;        /* activation quantizations so far */
+    int64_t outlier_cols;   /* mixed: outlier columns summed over them */
+    size_t int8_bytes;      /* INT8 weights + scales */
+    float alpha;            /* as used */
+    double scale_min, scale_max; /* SmoothQuant scales (1, 1 without smoothing) */
+} kvant_int8_stats;
+void kvant_int8_get_stats(const kvant_int8 *q, kvant_int8_stats *out);
+
+/* Activation magnitudes at the inputs of every linear layer (kvant outliers).
+ * Sites: 0 attn_in (wq/wk/wv, C dims), 1 wo_in (H*D), 2 ffn_in (gate/up, C),
+ * 3 down_in (F).  LLM.int8's criterion for a hidden dimension j (attn_in and
+ * ffn_in, 2 * n_layers sites): |x| >= threshold at >= min_layers of the
+ * sites and in >= min_tokens of the tokens (a token counts when any site
+ * reached it there). */
+typedef struct {
+    float threshold;        /* default 6.0 */
+    double min_layers;      /* default 0.25 */
+    double min_tokens;      /* default 0.06 */
+    int max_tokens;         /* tokens of text to run (default 4096) */
+    int ctx;                /* tokens per chunk, BOS first (default 512) */
+    kvant_int8 *transform;  /* NULL, or run the model with this setup's transforms
+                               (mode "f32": synthetic outliers, smoothing) */
+    void (*progress)(void *user, int done, int total);
+    void *user;
+} kvant_outlier_params;
+kvant_outlier_params kvant_outlier_default(void);
+#define KVANT_N_SITES 4
+typedef struct {
+    int n_layers, dim;
+    int64_t n_tokens;
+    const char *site_name[KVANT_N_SITES];
+    int site_dim[KVANT_N_SITES];
+    float *max_abs[KVANT_N_SITES];   /* (n_layers, site_dim) */
+    float *mean_abs[KVANT_N_SITES];  /* (n_layers, site_dim) */
+    float *share_over[KVANT_N_SITES];/* (n_layers, site_dim) share of tokens >= threshold */
+    double *layer_share, *token_share; /* (dim) the criterion's two shares */
+    bool *is_outlier;       /* (dim) */
+    int n_outliers;
+} kvant_outlier_report;
+kvant_code kvant_outliers(kvant_model *m, const char *text, size_t len, const kvant_outlier_params *p,
+                          kvant_outlier_report *r, kvant_status *st);
+void kvant_outlier_report_free(kvant_outlier_report *r);
+
+/* INT8 GEMM benchmark (kvant bench-int8): y = x W^T with random data at one
+ * layer shape, timed in the same run as kvant's F32 matmul (kern_matmul
+ * with F32 weights) on the same threads; best of `reps` calls each. */
+typedef struct {
+    int T, N, K;            /* tokens, output rows, inputs */
+    int reps;               /* default 3 */
+    int n_threads;          /* 0: all CPUs */
+    int n_outliers;         /* LLM.int8: input columns made outliers (|x| ~ 20) */
+    float threshold;        /* LLM.int8 threshold (default 6) */
+    uint64_t seed;
+} kvant_int8_bench_params;
+typedef struct {
+    double f32_ms;          /* kern_matmul, F32 weights */
+    double f16_ms;          /* kern_matmul, the same weights in F16 (as tinyllama ships) */
+    double w8a8_ms;         /* activation quantization + INT8 GEMM */
+    double gemm_ms;         /* INT8 GEMM alone */
+    double mixed_ms;        /* LLM.int8 with n_outliers outlier columns */
+    double w8a8_err, mixed_err; /* relative RMS error vs the F32 result (mixed: on the outlier input) */
+    double w8a8_err_outl;   /* plain W8A8 on the outlier input */
+    const char *tier;       /* INT8 tile used */
+} kvant_int8_bench_result;
+kvant_code kvant_int8_bench(const kvant_int8_bench_params *p, kvant_int8_bench_result *r, kvant_status *st);
+/* ---- model metadata (api/meta.c) ------------------------------------------------ */
+/* The string value of a GGUF metadata key (e.g. "tokenizer.chat_template").
+ * Copies at most cap-1 bytes + NUL into buf (buf may be NULL) and returns the
+ * full length, or -1 if the key is absent, not a string, or the model is
+ * not a GGUF file. */
+int kvant_model_meta_str(const kvant_model *m, const char *key, char *buf, size_t cap);
+/* ---- training: train, distill, QAT (train/, api/train.c) --------------------
+ * One loop for all three: an FP32 model (from a GGUF, any type dequantized,
+ * or from a config with seeded init) trained with AdamW on random windows
+ * of a text file's first 90% (the last 10%, from a line start, is the
+ * validation part).  With a teacher, the loss is distillation's; with
+ * qat_bits, the forward pass sees fake-quantized weights (STE backward). */
+typedef struct {
+    int step, steps;
+    double loss;            /* this step's training loss */
+    double val_loss;        /* NaN unless evaluated at this step */
+    double lr, grad_norm;
+    double tokens_per_s;    /* training tokens per second so far */
+    double eta_s;
+} kvant_train_progress;
+
+typedef struct {
+    const char *model;          /* GGUF to start from (fine-tune, QAT, student); NULL with config */
+    const char *config;         /* from scratch: "dim=32,layers=4,heads=4,kv_heads=2,hidden=86"
+                                   (+ head_dim, ctx, rope_base, tied=0/1) */
+    const char *tokenizer_from; /* GGUF model whose tokenizer (and vocabulary) a config uses */
+    const char *teacher;        /* distillation: teacher model (same tokenizer); NULL: none */
+    float temp, alpha;          /* distillation temperature and hard-label weight */
+    int qat_bits;               /* 2..8: quantization-aware training; 0: off */
+    int qat_group;              /* elements per group: 32, 64, 128 (0: per row) */
+    bool qat_zeropoint;         /* zero-point (asymmetric) instead of absmax */
+    bool qat_clip_mse;          /* PTQ init with MSE-optimal clipping (quantize --clip mse) */
+    float prune_sparsity;       /* > 0: iterative magnitude pruning of the layer matrices (not the
+                                   embedding / classifier), per output row, to this sparsity */
+    int prune_rounds;           /* rounds: round k masks target * (1 - (1 - k/K)^3) of each row,
+                                   then fine-tunes steps / K steps with the mask held */
+    const char *text_path, *out_path;
+    const char *resume;         /* a checkpoint written by kvant_train (its .state beside it) */
+    int steps, batch, ctx;      /* total optimizer steps; B sequences of T tokens per step */
+    int stop_at;                /* > 0: stop (and write the checkpoint) after this step; the
+                                   schedule still spans `steps`, so --resume continues exactly */
+    int eval_every;             /* validation loss every K steps (0: only at the start and end) */
+    int eval_windows;           /* validation windows of ctx tokens at most (0: 64) */
+    int warmup, n_threads;
+    float lr, min_lr, weight_decay, clip;
+    uint64_t seed;
+    const char *log_csv;        /* NULL, or a CSV file: step,loss,val_loss,lr */
+    void (*progress)(void *user, const kvant_train_progress *p);
+    void *user;
+} kvant_train_params;
+kvant_train_params kvant_train_default(void);
+
+typedef struct {
+    int64_t n_params, n_train_tokens, n_val_tokens;
+    double init_val_loss, val_loss, val_ppl;    /* validation (QAT: with quantized weights) */
+    double last_loss;                           /* mean training loss of the last 10 steps */
+    double sparsity;                            /* pruning: share of zeros in the layer matrices */
+    double step_ms, fwd_ms;     /* fastest training step (forward + backward + AdamW; with a
+                                   teacher, its forward too); fastest forward only (plain CE),
+                                   same batch size and threads */
+    double train_tok_s;         /* training tokens / s over the whole run (mean step) */
+    double fwd_tok_s;           /* batch tokens / fwd_ms */
+    double seconds;
+} kvant_train_result;
+
+kvant_code kvant_train(const kvant_train_params *p, kvant_train_result *r, kvant_status *st);
+
+/* ---- PTQ: absmax / zero-point INT-n quantization (compress/ptq.h) ----------- */
+typedef struct {
+    const char *scheme;     /* "absmax" or "zeropoint" */
+    const char *granularity;/* "tensor", "channel" or "group:G" (G = 32, 64, 128) */
+    int bits;               /* 2..8 */
+    const char *clip;       /* NULL/"none" or "mse" (per-group clip ratio minimizing squared error) */
+    const char *calib_path; /* NULL, or a text: its activations weight the clipping error */
+    int calib_tokens;       /* tokens of it (0: 4096) */
+    const char *fallback;   /* rows fitting no group: NULL/"channel", "f16" or "f32" */
+    const char *keep;       /* NULL, or comma-separated name substrings kept F16 */
+    int n_threads;          /* 0: all CPUs */
+    bool quiet;             /* no per-tensor lines on stderr */
+} kvant_ptq_params;
+
+typedef struct {
+    double bpw;             /* bits per weight over all tensors (8 * bytes / elements) */
+    double quant_bpw;       /* over the quantized matrices only */
+    size_t bytes;           /* tensor bytes written */
+    int n_quantized, n_fallback, n_kept;
+    double seconds;
+} kvant_ptq_report;
+
+/* Quantizes a GGUF llama model to kvant's PTQ types; every 2-D weight matrix
+ * (not the norms) is quantized, rows that do not divide the group size fall
+ * back (fitting group, per channel, or kept) and are reported.  r may be NULL. */
+kvant_code kvant_ptq_quantize(const char *in_path, const char *out_path, const kvant_ptq_params *p,
+                              kvant_ptq_report *r, kvant_status *st);
+/* Fake quantization of a rows x cols float matrix in place (dequant(quant(x))),
+ * for experiments from outside the library. */
+kvant_code kvant_ptq_fake_quant(const kvant_ptq_params *p, float *x, int64_t rows, int64_t cols, kvant_status *st);
 
 /* ---- misc --------------------------------------------------------------- */
 const char *kvant_version(void);

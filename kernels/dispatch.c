@@ -25,6 +25,7 @@
 
 #include "core/core.h"
 #include "kernels/tiers.h"
+#include "kernels/ptq.h"
 #include "kernels/sparse24.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -33,14 +34,7 @@
 #define KERN_X86 0
 #endif
 
-/* slots: ggml's type numbers, then kvant's (KT_KVANT_BASE ..) */
-#define KERN_N_SLOTS (KT_GGML_COUNT + (KT_KVANT_END - KT_KVANT_BASE))
-static int slot_of(int t) {
-    if (t >= 0 && t < KT_GGML_COUNT) return t;
-    if (t >= KT_KVANT_BASE && t < KT_KVANT_END) return KT_GGML_COUNT + (t - KT_KVANT_BASE);
-    return -1;
-}
-static kern_type_ops g_ops[KERN_TIER_COUNT][KERN_N_SLOTS];
+static kern_type_ops g_ops[KERN_TIER_COUNT][KT_KVANT_END]; /* indexed by type number */
 static kern_tier g_best = KERN_TIER_SCALAR;
 static atomic_int g_active = KERN_TIER_SCALAR;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -88,7 +82,7 @@ static void init(void) {
     for (int t = 0; t < KT_KVANT_END; t++) {
         const kern_type_traits *tt = kern_type_get(t);
         if (tt) /* gemm: NULL (call vec_dot per pair) */
-            g_ops[KERN_TIER_REF][slot_of(t)] = (kern_type_ops){.to_float = tt->to_float, .from_float = tt->from_float_ref,
+            g_ops[KERN_TIER_REF][t] = (kern_type_ops){.to_float = tt->to_float, .from_float = tt->from_float_ref,
                                                       .vec_dot = tt->vec_dot_ref};
     }
     bool has_bf16;
@@ -98,10 +92,11 @@ static void init(void) {
         if (tier == KERN_TIER_SCALAR) kern_tier_scalar_install(g_ops[tier]);
 #if KERN_X86
         if (tier == KERN_TIER_AVX2) kern_tier_avx2_install(g_ops[tier]);
+        if (tier == KERN_TIER_AVX2) kern_ptq_avx2_install(g_ops[tier]);
         if (tier == KERN_TIER_AVX512) kern_tier_avx512_install(g_ops[tier], has_bf16);
         if (tier == KERN_TIER_AVX2)
-            kern_sparse24_avx2_install(&g_ops[tier][slot_of(KT_S24_F16)], &g_ops[tier][slot_of(KT_S24_Q8)],
-                                       &g_ops[tier][slot_of(KT_S24_A8)]);
+            kern_sparse24_avx2_install(&g_ops[tier][KT_S24_F16], &g_ops[tier][KT_S24_Q8],
+                                       &g_ops[tier][KT_S24_A8]);
 #endif
     }
     int active = env_tier();
@@ -120,9 +115,9 @@ kern_tier kern_active_tier(void) { ready(); return (kern_tier)atomic_load_explic
 
 const kern_type_ops *kern_ops_tier(int t, kern_tier tier) {
     ready();
-    if (slot_of(t) < 0 || !kern_type_get(t)) return 0;
+    if (t < 0 || t >= KT_KVANT_END || !kern_type_get(t)) return 0;
     if ((int)tier < 0 || tier > g_best) return 0;
-    return &g_ops[tier][slot_of(t)];
+    return &g_ops[tier][t];
 }
 
 const kern_type_ops *kern_ops(int t) { return kern_ops_tier(t, kern_active_tier()); }

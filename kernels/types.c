@@ -1,6 +1,7 @@
 /* types.c - the one table of tensor types.  Row = ggml type number. */
 #include "kernels/quants.h"
 #include "kernels/types.h"
+#include "kernels/ptq.h"
 #include "kernels/sparse24.h"
 
 static const kern_type_traits g_types[KT_GGML_COUNT] = {
@@ -28,8 +29,9 @@ static const kern_type_traits g_types[KT_GGML_COUNT] = {
     [KT_F64]  = {"F64", 1, 8, 0, 0, 0, 0},
 };
 
-/* kvant's own types, indexed by t - KT_KVANT_BASE */
+/* kvant's own types, numbered from KT_KVANT_BASE (row = number - KT_KVANT_BASE) */
 static const kern_type_traits g_kvant_types[KT_KVANT_END - KT_KVANT_BASE] = {
+    KERN_PTQ_TYPE_ROWS /* 1024..1093: PTQ absmax / zero-point INT-n (kernels/ptq.h) */
     /* 2:4 sparse (kernels/sparse24.h) */
     [KT_S24_F16 - KT_KVANT_BASE] = {"S24_F16", QK_S24_F16, sizeof(block_s24_f16), kern_dequant_s24_f16_ref, kern_quant_s24_f16_ref, KT_F32, kern_vec_dot_s24_f16_f32_ref},
     [KT_S24_Q8 - KT_KVANT_BASE] = {"S24_Q8", QK_S24_Q8, sizeof(block_s24_q8), kern_dequant_s24_q8_ref, kern_quant_s24_q8_ref, KT_S24_A8, kern_vec_dot_s24_q8_a8_ref},
@@ -51,6 +53,7 @@ const char *kern_type_name(int t) {
 size_t kern_row_bytes(int t, int64_t n) {
     const kern_type_traits *tt = kern_type_get(t);
     if (!tt || n < 0 || n % tt->block_size) return 0;
+    if (tt->row_bytes) return tt->row_bytes(n);
     uint64_t r;
     if (__builtin_mul_overflow((uint64_t)(n / tt->block_size), (uint64_t)tt->type_size, &r)) return 0;
     return (size_t)r;

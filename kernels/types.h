@@ -43,7 +43,7 @@ typedef enum {
                            * 1024..1099  PTQ absmax / zero-point INT-n (compress/ptq)
                            * 1100..1149  W8A8 / LLM.int8 (compress/int8)
                            * 1150..1199  2:4 and 4:8 sparse (compress/sparse) */
-    KT_KVANT_END = 1200,  /* kvant's numbers stay below this */
+    KT_KVANT_END = 1200,  /* one past kvant's last type number */
 } kern_type;
 
 /* y[0..n) = dequantized x;  n a multiple of block_size */
@@ -63,6 +63,10 @@ typedef struct {
     kern_from_float_fn from_float_ref; /* _ref quantization; NULL if none */
     int vec_dot_type;            /* activations are quantized to this type (llama.cpp's pairing) */
     kern_vec_dot_fn vec_dot_ref; /* _ref dot product with a vec_dot_type row; NULL if none */
+    /* non-NULL: bytes of a row of n elements, for types whose row is one
+     * block with a header (kvant's per-row PTQ types, kernels/ptq.h); their
+     * block_size is 1 and to_float / vec_dot take exactly one row */
+    size_t (*row_bytes)(int64_t n);
 } kern_type_traits;
 
 /* ---- tiers: the same operations, chosen at run time -------------------------

@@ -87,5 +87,9 @@ size_t kv_reserved_bytes(const kv_store *s);
 struct kv_pool;
 kv_store *kv_paged_store_new(struct kv_pool *pool, bool own_pool, kvant_status *st);
 struct kv_pool *kv_paged_store_pool(kv_store *s);
+/* the pool sequence behind a paged store (NULL for other stores), for a
+ * scheduler's block accounting (kv_seq_blocks_needed) */
+struct kv_seq;
+struct kv_seq *kv_paged_store_seq(kv_store *s);
 
 #endif

@@ -94,3 +94,4 @@ static kv_store *p_fork(kv_store *s, kvant_status *st) {
 }
 
 kv_pool *kv_paged_store_pool(kv_store *s) { return s->ops == &k_paged_ops ? ((paged_store *)s)->pool : NULL; }
+kv_seq *kv_paged_store_seq(kv_store *s) { return s->ops == &k_paged_ops ? ((paged_store *)s)->seq : NULL; }

@@ -1,5 +1,6 @@
 /* llama.c - the llama-family forward pass (RMSNorm, RoPE, GQA attention,
- * SwiGLU), for a batch of T tokens of one sequence.  Reads top to bottom
+ * SwiGLU), for a batch of T tokens from one or several sequences
+ * (segments).  Reads top to bottom
  * like the paper; shapes use the letters defined in model.h.  K/V go
  * through a kv_store (contiguous, paged or streaming); attention reads
  * them through a view with the naive or the flash kernel. */
@@ -33,11 +34,15 @@ model_work *model_work_new(const model *m, int max_T, int n_ctx, model_attn attn
     w->v = malloc(T * kvd * sizeof(float));
     w->hb = malloc(T * c->hidden_dim * sizeof(float));
     w->hb2 = malloc(T * c->hidden_dim * sizeof(float));
+    w->attn_bytes = attn_bytes;
     w->attn_scratch = malloc((size_t)nth * attn_bytes);
     w->mm = malloc(kern_matmul_scratch_bytes(max_T, kmax));
     w->sink_mass = calloc((size_t)c->n_layers, sizeof(double));
     w->sink_head = malloc((size_t)c->n_heads * sizeof(float));
-    if (!w->x || !w->xb || !w->xb2 || !w->q || !w->k || !w->v || !w->hb || !w->hb2 || !w->attn_scratch || !w->mm ||
+    w->pos = malloc(T * sizeof(int));
+    w->seg_row = malloc(T * sizeof(int));
+    w->seg_list = malloc(T * sizeof(int));
+    if (!w->pos || !w->seg_row || !w->seg_list || !w->x || !w->xb || !w->xb2 || !w->q || !w->k || !w->v || !w->hb || !w->hb2 || !w->attn_scratch || !w->mm ||
         !w->sink_mass || !w->sink_head)
         goto oom;
     return w;
@@ -51,6 +56,7 @@ void model_work_free(model_work *w) {
     if (!w) return;
     free(w->x); free(w->xb); free(w->xb2); free(w->q); free(w->k); free(w->v);
     free(w->hb); free(w->hb2); free(w->attn_scratch); free(w->mm); free(w->sink_mass); free(w->sink_head);
+    free(w->pos); free(w->seg_row); free(w->seg_list);
     free(w);
 }
 
@@ -63,22 +69,88 @@ static void matmul(const model *m, model_work *w, int l, model_mm_id id, const m
     kern_matmul(m->pool, w->mm, W->data, W->type, x, y, T, W->rows, W->cols);
 }
 
-/* one chunk of T <= max_T tokens at cache indices pos0 .. pos0+T-1 (room
- * already reserved) */
-static void forward_chunk(const model *m, model_work *w, kv_store *kv, const int32_t *tokens, int T,
-                          float *logits, bool all_logits) {
+/* Attention of every segment's rows over its own cache, layer l (rows
+ * already written to the caches).  Single-token (decode) segments run as
+ * one parallel job, a whole segment per thread, instead of one job each:
+ * a step with many decoders would otherwise pay a thread-pool round trip
+ * per sequence per layer.  Longer segments split across the threads
+ * inside the kernel.  Either way each row is computed by one thread in the
+ * kernel's fixed order, so results do not depend on the grouping. */
+typedef struct {
+    const model *m;
+    model_work *w;
+    const model_segment *seg;
+    const int *rows;          /* first row of each segment */
+    const int *list;          /* the single-token segments */
+    int n_list, layer;
+    const kern_rope_params *rope;
+} attn_job;
+
+static void attend_segment(const model *m, model_work *w, core_pool *pool, void *scratch, int l,
+                           const model_segment *sg, int r0, const kern_rope_params *rope) {
+    const model_config *c = &m->cfg;
+    const int D = c->head_dim, QD = c->n_heads * D;
+    kv_store *kv = sg->kv;
+    const int n = sg->n, pos0 = kv->n_pos;
+    /* the segment's queries attend to its own cache 0 .. pos0+n-1 */
+    kern_kv_view view;
+    kv_view(kv, l, pos0 + n, &view);
+    if (kv->rope_on_read) view.rope_k = rope;
+    const kern_attn_dims dims = {n, c->n_heads, c->n_kv_heads, D, pos0, 0};
+    const float *q = w->q + (size_t)r0 * QD;
+    float *out = w->xb2 + (size_t)r0 * QD;
+    if (w->attn == MODEL_ATTN_FLASH) {
+        kern_attn_flash(pool, scratch, q, &view, out, &dims);
+    } else {
+        kern_attn_naive(pool, scratch, q, &view, out, &dims, w->sink_n ? w->sink_head : NULL, w->sink_n);
+        if (w->sink_n)
+            for (int h = 0; h < c->n_heads; h++) w->sink_mass[l] += w->sink_head[h];
+    }
+}
+
+static void attn_task(void *ctx, int ith, int nth) {
+    const attn_job *j = ctx;
+    void *scratch = (uint8_t *)j->w->attn_scratch + (size_t)ith * j->w->attn_bytes;
+    for (int i = ith; i < j->n_list; i += nth) {
+        const int s = j->list[i];
+        attend_segment(j->m, j->w, NULL, scratch, j->layer, &j->seg[s], j->rows[s], j->rope); /* NULL: this thread */
+    }
+}
+
+static void attention(const model *m, model_work *w, int l, const model_segment *seg, int n_seg,
+                      const kern_rope_params *rope) {
+    int n_list = 0;
+    for (int s = 0, r0 = 0; s < n_seg; r0 += seg[s].n, s++) {
+        w->seg_row[s] = r0;
+        if (seg[s].n == 1 && w->attn == MODEL_ATTN_FLASH) w->seg_list[n_list++] = s;
+        else attend_segment(m, w, m->pool, w->attn_scratch, l, &seg[s], r0, rope);
+    }
+    if (n_list == 0) return;
+    const attn_job j = {m, w, seg, w->seg_row, w->seg_list, n_list, l, rope};
+    if (n_list == 1) attn_task((void *)&j, 0, 1);
+    else core_pool_run(m->pool, attn_task, (void *)&j);
+}
+
+/* One pass over a batch of segments (model.h, model_forward_batch): every
+ * matmul runs over all T = sum(n_i) rows at once (weights read once per
+ * step), RMSNorm / RoPE per row at the row's own position, attention per
+ * segment through the segment's own cache view.  Room is reserved already. */
+static void forward_batch(const model *m, model_work *w, const model_segment *seg, int n_seg, int T, float *logits) {
     const model_config *c = &m->cfg;
     const int C = c->dim, F = c->hidden_dim, D = c->head_dim;
     const int QD = c->n_heads * D, KVD = c->n_kv_heads * D;
-    const int pos0 = kv->n_pos;
     const kern_type_traits *et = kern_type_get(m->tok_embd.type);
     const size_t erow = kern_row_bytes(m->tok_embd.type, C);
     const kern_rope_params rope = {c->rope_dim, c->rope_base, c->rope_neox};
-    const kern_from_float_fn to_row = kern_ops(kv->type)->from_float; /* float K/V row -> cache type */
 
-    /* token embeddings: x[t] = E[token_t] */
-    for (int t = 0; t < T; t++)
-        et->to_float((const uint8_t *)m->tok_embd.data + (size_t)tokens[t] * erow, w->x + (size_t)t * C, C);
+    /* token embeddings: x[t] = E[token_t]; row t is token j of segment s at
+     * cache index pos[t] = kv_s->n_pos + j */
+    for (int s = 0, t = 0; s < n_seg; s++)
+        for (int j = 0; j < seg[s].n; j++, t++) {
+            et->to_float((const uint8_t *)m->tok_embd.data + (size_t)seg[s].tokens[j] * erow, w->x + (size_t)t * C,
+                         C);
+            w->pos[t] = seg[s].kv->n_pos + j;
+        }
 
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &m->layers[l];
@@ -89,26 +161,20 @@ static void forward_chunk(const model *m, model_work *w, kv_store *kv, const int
         matmul(m, w, l, MODEL_MM_WQ, &L->wq, w->xb, w->q, T);   /* (T, H*D)   */
         matmul(m, w, l, MODEL_MM_WK, &L->wk, w->xb, w->k, T);   /* (T, Hkv*D) */
         matmul(m, w, l, MODEL_MM_WV, &L->wv, w->xb, w->v, T);   /* (T, Hkv*D) */
-        for (int t = 0; t < T; t++) {
-            kern_rope(w->q + (size_t)t * QD, c->n_heads, D, pos0 + t, &rope);
-            if (!kv->rope_on_read) kern_rope(w->k + (size_t)t * KVD, c->n_kv_heads, D, pos0 + t, &rope);
-            uint8_t *krow, *vrow;
-            kv_row(kv, l, pos0 + t, &krow, &vrow);
-            to_row(w->k + (size_t)t * KVD, krow, KVD);
-            to_row(w->v + (size_t)t * KVD, vrow, KVD);
+        for (int s = 0, r0 = 0; s < n_seg; r0 += seg[s].n, s++) {
+            kv_store *kv = seg[s].kv;
+            const int n = seg[s].n;
+            const kern_from_float_fn to_row = kern_ops(kv->type)->from_float; /* float K/V row -> cache type */
+            for (int t = r0; t < r0 + n; t++) {
+                kern_rope(w->q + (size_t)t * QD, c->n_heads, D, w->pos[t], &rope);
+                if (!kv->rope_on_read) kern_rope(w->k + (size_t)t * KVD, c->n_kv_heads, D, w->pos[t], &rope);
+                uint8_t *krow, *vrow;
+                kv_row(kv, l, w->pos[t], &krow, &vrow);
+                to_row(w->k + (size_t)t * KVD, krow, KVD);
+                to_row(w->v + (size_t)t * KVD, vrow, KVD);
+            }
         }
-        kern_kv_view view;
-        kv_view(kv, l, pos0 + T, &view);
-        if (kv->rope_on_read) view.rope_k = &rope;
-        const kern_attn_dims dims = {T, c->n_heads, c->n_kv_heads, D, pos0, 0};
-        if (w->attn == MODEL_ATTN_FLASH) {
-            kern_attn_flash(m->pool, w->attn_scratch, w->q, &view, w->xb2, &dims);
-        } else {
-            kern_attn_naive(m->pool, w->attn_scratch, w->q, &view, w->xb2, &dims, w->sink_n ? w->sink_head : NULL,
-                            w->sink_n);
-            if (w->sink_n)
-                for (int h = 0; h < c->n_heads; h++) w->sink_mass[l] += w->sink_head[h];
-        }
+        attention(m, w, l, seg, n_seg, &rope);
         matmul(m, w, l, MODEL_MM_WO, &L->wo, w->xb2, w->xb, T);  /* (T, C) */
         for (size_t i = 0; i < (size_t)T * C; i++) w->x[i] += w->xb[i];
 
@@ -122,36 +188,77 @@ static void forward_chunk(const model *m, model_work *w, kv_store *kv, const int
         for (size_t i = 0; i < (size_t)T * C; i++) w->x[i] += w->xb[i];
     }
     if (w->sink_n) w->sink_queries += (int64_t)T * c->n_heads;
-    kv_commit(kv, tokens, T);
+    for (int s = 0; s < n_seg; s++) kv_commit(seg[s].kv, seg[s].tokens, seg[s].n);
 
     if (!logits) return;
-    /* final norm and classifier: all rows, or only the last one */
-    const int first = all_logits ? 0 : T - 1, nrows = T - first;
-    for (int t = first; t < T; t++)
-        kern_rmsnorm(w->xb + (size_t)(t - first) * C, w->x + (size_t)t * C, m->out_norm, C, c->norm_eps);
-    matmul(m, w, -1, MODEL_MM_OUTPUT, &m->output, w->xb, logits, nrows);  /* (nrows, V) */
+    /* final norm and classifier over the rows that want logits, packed in
+     * segment order: all rows of a MODEL_LOGITS_ALL segment, the last row
+     * of a MODEL_LOGITS_LAST one */
+    int nrows = 0;
+    for (int s = 0, r0 = 0; s < n_seg; r0 += seg[s].n, s++) {
+        const int first = seg[s].logits == MODEL_LOGITS_ALL ? r0 : r0 + seg[s].n - 1;
+        if (seg[s].logits == MODEL_LOGITS_NONE) continue;
+        for (int t = first; t < r0 + seg[s].n; t++, nrows++)
+            kern_rmsnorm(w->xb + (size_t)nrows * C, w->x + (size_t)t * C, m->out_norm, C, c->norm_eps);
+    }
+    if (nrows) matmul(m, w, -1, MODEL_MM_OUTPUT, &m->output, w->xb, logits, nrows);  /* (nrows, V) */
 }
 
+int model_batch_logit_rows(const model_segment *seg, int n_seg) {
+    int rows = 0;
+    for (int s = 0; s < n_seg; s++)
+        rows += seg[s].logits == MODEL_LOGITS_ALL ? seg[s].n : seg[s].logits == MODEL_LOGITS_LAST ? 1 : 0;
+    return rows;
+}
+
+kvant_code model_forward_batch(const model *m, model_work *w, const model_segment *seg, int n_seg, float *logits,
+                               kvant_status *st) {
+    const model_config *c = &m->cfg;
+    int T = 0;
+    for (int s = 0; s < n_seg; s++) {
+        if (seg[s].n <= 0) return core_fail(st, KVANT_ERR_ARG, "forward: empty segment %d", s);
+        for (int i = 0; i < seg[s].n; i++)
+            if (seg[s].tokens[i] < 0 || seg[s].tokens[i] >= c->vocab_size)
+                return core_fail(st, KVANT_ERR_ARG, "token id %d out of range [0, %d)", seg[s].tokens[i],
+                                 c->vocab_size);
+        for (int r = 0; r < s; r++)
+            if (seg[r].kv == seg[s].kv) return core_fail(st, KVANT_ERR_ARG, "forward: a cache appears twice");
+        if (seg[s].n > seg[s].kv->max_chunk)
+            return core_fail(st, KVANT_ERR_ARG, "forward: segment of %d tokens > the cache's chunk limit %d",
+                             seg[s].n, seg[s].kv->max_chunk);
+        T += seg[s].n;
+    }
+    if (T <= 0) return core_fail(st, KVANT_ERR_ARG, "forward: empty batch");
+    if (T > w->max_T) return core_fail(st, KVANT_ERR_ARG, "forward: %d tokens > the batch limit %d", T, w->max_T);
+    for (int s = 0; s < n_seg; s++) {
+        kv_store *kv = seg[s].kv;
+        kvant_code rc = kv_reserve(kv, seg[s].n, st);
+        if (rc) return rc;
+        if (kv->n_pos + seg[s].n > w->n_ctx)
+            return core_fail(st, KVANT_ERR_FULL, "context full: %d cached + %d new tokens > %d positions",
+                             kv->n_pos, seg[s].n, w->n_ctx);
+    }
+    forward_batch(m, w, seg, n_seg, T, logits);
+    core_ok(st);
+    return KVANT_OK;
+}
+
+/* A single sequence is a batch of one segment, in chunks of at most max_T
+ * (and the cache's max_chunk) tokens. */
 kvant_code model_forward(const model *m, model_work *w, kv_store *kv, const int32_t *tokens, int n,
                          float *logits, bool all_logits, kvant_status *st) {
     const model_config *c = &m->cfg;
     if (n <= 0) return core_fail(st, KVANT_ERR_ARG, "forward: empty batch");
-    for (int i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
-            return core_fail(st, KVANT_ERR_ARG, "token id %d out of range [0, %d)", tokens[i], c->vocab_size);
     const int chunk = w->max_T < kv->max_chunk ? w->max_T : kv->max_chunk;
     for (int done = 0; done < n;) {
         const int T = n - done < chunk ? n - done : chunk;
-        kvant_code rc = kv_reserve(kv, T, st);
-        if (rc) return rc;
-        if (kv->n_pos + T > w->n_ctx)
-            return core_fail(st, KVANT_ERR_FULL, "context full: %d cached + %d new tokens > %d positions", kv->n_pos,
-                             T, w->n_ctx);
         const bool last = done + T == n;
+        model_segment seg = {kv, tokens + done, T, MODEL_LOGITS_NONE};
         float *out = NULL;
-        if (logits && all_logits) out = logits + (size_t)done * c->vocab_size;
-        else if (logits && last) out = logits;
-        forward_chunk(m, w, kv, tokens + done, T, out, all_logits);
+        if (logits && all_logits) out = logits + (size_t)done * c->vocab_size, seg.logits = MODEL_LOGITS_ALL;
+        else if (logits && last) out = logits, seg.logits = MODEL_LOGITS_LAST;
+        kvant_code rc = model_forward_batch(m, w, &seg, 1, out, st);
+        if (rc) return rc;
         done += T;
     }
     core_ok(st);

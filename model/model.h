@@ -127,6 +127,9 @@ typedef struct {
     model_tap_fn tap;
     model_mm_fn mm_hook;
     void *hook_user;
+    int *pos;       /* (max_T) cache index of each row of the batch */
+    int *seg_row, *seg_list; /* (max_T) per segment: first row; decode segments */
+    size_t attn_bytes;       /* attention scratch per thread */
 } model_work;
 
 model_work *model_work_new(const model *m, int max_T, int n_ctx, model_attn attn, kvant_status *st);
@@ -139,6 +142,33 @@ void model_work_free(model_work *w);
  * (nothing of that chunk is kept). */
 kvant_code model_forward(const model *m, model_work *w, kv_store *kv, const int32_t *tokens, int n,
                          float *logits, bool all_logits, kvant_status *st);
+
+/* ---- batched forward over several sequences -------------------------------
+ * A segment is tokens[0..n) of one sequence, to run at its cache indices
+ * kv->n_pos .. kv->n_pos+n-1.  model_forward_batch runs every segment in ONE
+ * pass: the matmuls over all T = sum(n) rows together (each weight matrix is
+ * read once for the whole batch), attention per segment through its own
+ * cache.  Each row's result is the same as when its sequence runs alone
+ * (the matmul kernels give every row the bits vec_dot gives it, and the
+ * attention of a row reads only its own sequence's cache). */
+typedef enum { MODEL_LOGITS_NONE, MODEL_LOGITS_LAST, MODEL_LOGITS_ALL } model_logits;
+typedef struct {
+    kv_store *kv;             /* the sequence's cache; each cache at most once per batch */
+    const int32_t *tokens;    /* [n] */
+    int n;                    /* >= 1 and <= kv->max_chunk */
+    model_logits logits;      /* which rows' logits it wants */
+} model_segment;
+
+/* Rows of logits a batch produces: n for MODEL_LOGITS_ALL, 1 for LAST. */
+int model_batch_logit_rows(const model_segment *seg, int n_seg);
+/* Reserves room in every segment's cache, runs the batch, commits each
+ * segment's K/V.  T = sum(n) <= w->max_T.  logits: NULL, or
+ * [model_batch_logit_rows][V], rows packed in segment order.  Errors
+ * (nothing is computed): KVANT_ERR_ARG (bad token, empty segment, too many
+ * tokens, a cache twice), KVANT_ERR_FULL (a cache cannot take its tokens;
+ * caches reserved before it keep the room, which a later reserve reuses). */
+kvant_code model_forward_batch(const model *m, model_work *w, const model_segment *seg, int n_seg, float *logits,
+                               kvant_status *st);
 
 /* ---- synthetic models (model/synth.c) ---------------------------------------- */
 typedef struct {

@@ -1,0 +1,140 @@
+/* engine.c - the serving engine of the public API (include/kvant.h,
+ * "engine") over sched/: one mutex guards the scheduler; a step holds it to
+ * plan the batch and to consume its logits, but not during the forward
+ * pass, so submit / cancel / stats from other threads wait at most for the
+ * bookkeeping, never for the model. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/api.h"
+#include "kernels/types.h"
+#include "sched/sched.h"
+
+struct kvant_engine {
+    kvant_model *km;
+    sched *s;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;     /* signalled when work arrives */
+};
+
+kvant_engine_params kvant_engine_default(void) {
+    return (kvant_engine_params){.max_seqs = 64, .max_batch_tokens = 512, .max_waiting = 1024, .kv_mem_mib = 0,
+                                 .block_size = 16, .kv_type = "f32", .max_ctx = 0, .prefix_cache = true,
+                                 .target_step_ms = 0};
+}
+
+kvant_engine *kvant_engine_new(kvant_model *km, const kvant_engine_params *p, kvant_status *st) {
+    const kvant_engine_params d = kvant_engine_default();
+    if (!p) p = &d;
+    const model *m = km->m;
+    sched_params sp = {
+        .max_seqs = p->max_seqs > 0 ? p->max_seqs : 64,
+        .max_batch_tokens = p->max_batch_tokens > 0 ? p->max_batch_tokens : 512,
+        .max_waiting = p->max_waiting > 0 ? p->max_waiting : 1024,
+        .block_size = p->block_size > 0 ? p->block_size : 16,
+        .max_ctx = p->max_ctx > 0 ? p->max_ctx : m->cfg.n_ctx_train,
+        .kv_mem_mib = p->kv_mem_mib > 0 ? p->kv_mem_mib : 0,
+        .prefix_cache = p->prefix_cache,
+        .target_step_ms = p->target_step_ms > 0 ? p->target_step_ms : 0,
+    };
+    if (!p->kv_type || !strcmp(p->kv_type, "f32")) sp.kv_type = KT_F32;
+    else if (!strcmp(p->kv_type, "f16")) sp.kv_type = KT_F16;
+    else if (!strcmp(p->kv_type, "q8_0")) sp.kv_type = KT_Q8_0;
+    else {
+        core_fail(st, KVANT_ERR_ARG, "unknown KV cache type '%s' (f32, f16, q8_0)", p->kv_type);
+        return NULL;
+    }
+    if (sp.max_seqs > 4096 || sp.max_batch_tokens > 65536 || sp.block_size > 4096 || sp.max_ctx > (1 << 22)) {
+        core_fail(st, KVANT_ERR_ARG, "engine limits out of range (max_seqs <= 4096, max_batch_tokens <= 65536)");
+        return NULL;
+    }
+    /* every running sequence must be able to decode in one step */
+    if (sp.max_batch_tokens < sp.max_seqs) sp.max_batch_tokens = sp.max_seqs;
+    kvant_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    e->km = km;
+    if (!(e->s = sched_new(m, &sp, st))) {
+        free(e);
+        return NULL;
+    }
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    core_ok(st);
+    return e;
+}
+
+void kvant_engine_free(kvant_engine *e) {
+    if (!e) return;
+    sched_free(e->s);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+int64_t kvant_engine_submit(kvant_engine *e, const int32_t *prompt, int n_prompt, const kvant_request *r,
+                            kvant_status *st) {
+    if (!r) return core_fail(st, KVANT_ERR_ARG, "no request settings"), -1;
+    pthread_mutex_lock(&e->mu);
+    const int64_t id = sched_submit(e->s, prompt, n_prompt, r, st);
+    if (id > 0) pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return id;
+}
+
+void kvant_engine_cancel(kvant_engine *e, int64_t id) {
+    pthread_mutex_lock(&e->mu);
+    sched_cancel(e->s, id);
+    pthread_cond_broadcast(&e->cv); /* its events are work for the loop */
+    pthread_mutex_unlock(&e->mu);
+}
+
+int kvant_engine_step(kvant_engine *e, kvant_event *out, int max_out, kvant_status *st) {
+    pthread_mutex_lock(&e->mu);
+    const int T = sched_plan(e->s);
+    pthread_mutex_unlock(&e->mu);
+    kvant_code rc = KVANT_OK;
+    double ms = 0;
+    if (T > 0) { /* the forward pass, unlocked (see sched.h) */
+        const double t0 = core_time_ms();
+        rc = sched_run(e->s, st);
+        ms = core_time_ms() - t0;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (T > 0) sched_finish(e->s, rc, ms);
+    /* after an error its KVANT_FINISH_ERROR events wait for the next call */
+    const int n = rc == KVANT_OK ? sched_pop_events(e->s, out, max_out) : 0;
+    pthread_mutex_unlock(&e->mu);
+    if (rc != KVANT_OK) return -1;
+    core_ok(st);
+    return n;
+}
+
+bool kvant_engine_wait(kvant_engine *e, int timeout_ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&e->mu);
+    int rc = 0;
+    while (!sched_has_work(e->s) && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+    const bool work = sched_has_work(e->s);
+    pthread_mutex_unlock(&e->mu);
+    return work;
+}
+
+void kvant_engine_get_stats(kvant_engine *e, kvant_engine_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    sched_get_stats(e->s, out);
+    pthread_mutex_unlock(&e->mu);
+}

@@ -1,0 +1,288 @@
+/* int8.c - the public INT8 API (include/kvant.h): LLM.int8, SmoothQuant
+ * W8A8 and the outlier report, over compress/int8.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "compress/int8.h"
+
+struct kvant_int8 {
+    kvant_model *km;
+    model *folded;          /* owned clone with scales folded in, or NULL */
+    const model *m;         /* folded or the base model */
+    int8_model *q;
+    int8_ctx **ctxs;        /* handed to sequences; freed with the handle */
+    int n_ctxs, cap_ctxs;
+    float alpha;
+    double smin, smax;
+};
+
+kvant_int8_params kvant_int8_default(void) {
+    return (kvant_int8_params){.mode = "w8a8", .threshold = 6.0f, .alpha = 0.5f, .calib_tokens = 4096,
+                               .calib_ctx = 512, .inject_scale = 1.0f};
+}
+
+kvant_outlier_params kvant_outlier_default(void) {
+    return (kvant_outlier_params){.threshold = 6.0f, .min_layers = 0.25, .min_tokens = 0.06, .max_tokens = 4096,
+                                  .ctx = 512};
+}
+
+/* Runs up to max_tokens of text through model m (the base model's
+ * tokenizer and threads) in chunks of ctx tokens (BOS first, as kvant ppl
+ * does), with the calibration tap on. */
+static kvant_code run_text(kvant_model *km, const model *m, const char *text, size_t len, int max_tokens, int ctx,
+                           model_tap_fn tap, void *user, void (*progress)(void *, int, int), void *puser,
+                           kvant_status *st) {
+    if (len > (size_t)INT32_MAX / 2) return core_fail(st, KVANT_ERR_ARG, "calibration text too long");
+    if (ctx < 2) return core_fail(st, KVANT_ERR_ARG, "calibration chunk of %d tokens too small", ctx);
+    int32_t *toks = malloc(sizeof(int32_t) * (len + 16));
+    if (!toks) return core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+    int n = kvant_tokenize(km, text, len, true, toks, (int)len + 16);
+    if (n < 2) {
+        free(toks);
+        return core_fail(st, KVANT_ERR_ARG, "calibration text has no tokens");
+    }
+    if (max_tokens > 0 && n > max_tokens) n = max_tokens;
+    kvant_seq *s = kvant_seq_new(km, ctx, st);
+    kvant_code rc = s ? KVANT_OK : st->code;
+    if (s) {
+        s->m = m;
+        s->work->tap = tap;
+        s->work->hook_user = user;
+    }
+    const int bos = tok_bos(m->tok), total = (n + ctx - 1) / ctx;
+    for (int c = 0; rc == KVANT_OK && c < total; c++) {
+        const int lo = c * ctx, cnt = n - lo < ctx ? n - lo : ctx;
+        if (bos >= 0) toks[lo] = bos;
+        kvant_seq_reset(s);
+        rc = kvant_forward(s, toks + lo, cnt, NULL, false, st);
+        if (progress) progress(puser, c + 1, total);
+    }
+    kvant_seq_free(s);
+    free(toks);
+    return rc;
+}
+
+typedef struct {
+    void (*fn)(void *, const char *, int, int);
+    void *user;
+} calib_progress;
+
+static void calib_cb(void *u, int done, int total) {
+    const calib_progress *p = u;
+    if (p->fn) p->fn(p->user, "calibration", done, total);
+}
+
+kvant_int8 *kvant_int8_new(kvant_model *km, const kvant_int8_params *p, kvant_status *st) {
+    const model *base = km->m;
+    const model_config *c = &base->cfg;
+    int8_mode mode;
+    if (!p->mode || !strcmp(p->mode, "w8a8")) mode = INT8_W8A8;
+    else if (!strcmp(p->mode, "mixed")) mode = INT8_MIXED;
+    else if (!strcmp(p->mode, "f32")) mode = INT8_OFF;
+    else {
+        core_fail(st, KVANT_ERR_ARG, "unknown INT8 mode '%s' (w8a8, mixed, f32)", p->mode);
+        return NULL;
+    }
+    if (mode == INT8_MIXED && !(p->threshold > 0)) {
+        core_fail(st, KVANT_ERR_ARG, "LLM.int8 threshold must be > 0");
+        return NULL;
+    }
+    if (p->smooth && (!(p->alpha >= 0) || p->alpha > 1)) {
+        core_fail(st, KVANT_ERR_ARG, "SmoothQuant alpha %g outside [0, 1]", p->alpha);
+        return NULL;
+    }
+    if (p->smooth && !p->calib_text) {
+        core_fail(st, KVANT_ERR_ARG, "SmoothQuant needs a calibration text");
+        return NULL;
+    }
+    if (p->n_inject > 0 && !(p->inject_scale > 0)) {
+        core_fail(st, KVANT_ERR_ARG, "inject scale must be > 0");
+        return NULL;
+    }
+    for (int i = 0; i < p->n_inject; i++)
+        if (p->inject_dims[i] < 0 || p->inject_dims[i] >= c->dim) {
+            core_fail(st, KVANT_ERR_ARG, "inject dimension %d outside 0..%d", p->inject_dims[i], c->dim - 1);
+            return NULL;
+        }
+    kvant_int8 *q = calloc(1, sizeof *q);
+    const size_t LC = (size_t)c->n_layers * (size_t)c->dim;
+    float *s_inj = malloc(sizeof(float) * LC), *sa = malloc(sizeof(float) * LC), *sf = malloc(sizeof(float) * LC);
+    float *wa = malloc(sizeof(float) * LC), *wf = malloc(sizeof(float) * LC);
+    model *inj = NULL;
+    float *wo = NULL, *sv = NULL;
+    int8_stats *stats = NULL;
+    if (!q || !s_inj || !sa || !sf || !wa || !wf) {
+        core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    q->km = km;
+    q->m = base;
+    q->alpha = p->alpha;
+    q->smin = q->smax = 1.0;
+    for (size_t i = 0; i < LC; i++) s_inj[i] = 1.0f;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int i = 0; i < p->n_inject; i++) s_inj[(size_t)l * c->dim + p->inject_dims[i]] = 1.0f / p->inject_scale;
+    /* synthetic outliers first: norm * scale, columns / scale */
+    if (p->n_inject > 0 && !(inj = smooth_fold(base, s_inj, s_inj, NULL, st))) goto fail;
+    const model *cur = inj ? inj : base;
+    if (p->smooth) {
+        stats = int8_stats_new(c, INFINITY, 0, st);
+        if (!stats) goto fail;
+        calib_progress cp = {p->progress, p->user};
+        if (run_text(km, cur, p->calib_text, p->calib_len, p->calib_tokens > 0 ? p->calib_tokens : 4096,
+                     p->calib_ctx > 0 ? p->calib_ctx : 512, int8_stats_tap, stats, calib_cb, &cp, st))
+            goto fail;
+        smooth_weight_max(cur, wa, wf);
+        smooth_scales(stats->maxabs[INT8_SITE_ATTN_IN], wa, (int)LC, p->alpha, sa);
+        smooth_scales(stats->maxabs[INT8_SITE_FFN_IN], wf, (int)LC, p->alpha, sf);
+        q->smin = INFINITY;
+        q->smax = 0;
+        for (size_t i = 0; i < LC; i++) {
+            q->smin = fmin(q->smin, fmin(sa[i], sf[i]));
+            q->smax = fmax(q->smax, fmax(sa[i], sf[i]));
+            sa[i] *= s_inj[i];
+            sf[i] *= s_inj[i];
+        }
+        if (p->smooth_wo) {
+            const int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
+            if (!(wo = malloc(sizeof(float) * (size_t)c->n_layers * QD)) ||
+                !(sv = malloc(sizeof(float) * (size_t)c->n_layers * KVD))) {
+                core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+                goto fail;
+            }
+            smooth_wo_max(cur, wo);
+            for (int l = 0; l < c->n_layers; l++)
+                smooth_scales_wo(c, stats->maxabs[INT8_SITE_WO_IN] + (size_t)l * QD, wo + (size_t)l * QD, p->alpha,
+                                 sv + (size_t)l * KVD);
+            for (size_t i = 0; i < (size_t)c->n_layers * KVD; i++) {
+                q->smin = fmin(q->smin, sv[i]);
+                q->smax = fmax(q->smax, sv[i]);
+            }
+        }
+        if (!(q->folded = smooth_fold(base, sa, sf, sv, st))) goto fail;
+        q->m = q->folded;
+    } else if (inj) {
+        q->folded = inj;
+        inj = NULL;
+        q->m = q->folded;
+    }
+    if (p->progress) p->progress(p->user, "int8 weights", 0, 1);
+    if (!(q->q = int8_model_new(q->m, mode, p->threshold, st))) goto fail;
+    if (p->progress) p->progress(p->user, "int8 weights", 1, 1);
+    smooth_model_free(inj);
+    int8_stats_free(stats);
+    free(s_inj); free(sa); free(sf); free(wa); free(wf); free(wo); free(sv);
+    core_ok(st);
+    return q;
+fail:
+    smooth_model_free(inj);
+    int8_stats_free(stats);
+    free(s_inj); free(sa); free(sf); free(wa); free(wf); free(wo); free(sv);
+    kvant_int8_free(q);
+    return NULL;
+}
+
+void kvant_int8_free(kvant_int8 *q) {
+    if (!q) return;
+    for (int i = 0; i < q->n_ctxs; i++) int8_ctx_free(q->ctxs[i]);
+    free(q->ctxs);
+    int8_model_free(q->q);
+    smooth_model_free(q->folded);
+    free(q);
+}
+
+kvant_code kvant_seq_use_int8(kvant_seq *s, kvant_int8 *q, kvant_status *st) {
+    if (s->m->cfg.dim != q->m->cfg.dim || s->m->tok != q->m->tok)
+        return core_fail(st, KVANT_ERR_ARG, "the INT8 setup was made for another model");
+    s->m = q->m;
+    if (q->q->mode == INT8_OFF) return KVANT_OK;
+    if (q->n_ctxs == q->cap_ctxs) {
+        const int cap = q->cap_ctxs ? 2 * q->cap_ctxs : 4;
+        int8_ctx **n = realloc(q->ctxs, sizeof *n * (size_t)cap);
+        if (!n) return core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+        q->ctxs = n;
+        q->cap_ctxs = cap;
+    }
+    int8_ctx *ctx = int8_ctx_new(q->q, s->work->max_T, st);
+    if (!ctx) return st->code;
+    q->ctxs[q->n_ctxs++] = ctx;
+    s->work->mm_hook = int8_mm_hook;
+    s->work->hook_user = ctx;
+    return KVANT_OK;
+}
+
+void kvant_int8_get_stats(const kvant_int8 *q, kvant_int8_stats *o) {
+    memset(o, 0, sizeof *o);
+    o->matmuls = q->q->n_calls;
+    o->outlier_cols = q->q->n_outlier_cols;
+    if (q->q->mats)
+        for (int i = 0; i < q->q->n_layers * 7; i++)
+            o->int8_bytes += (size_t)(q->q->mats[i].N * q->q->mats[i].Kp) + sizeof(float) * (size_t)q->q->mats[i].N;
+    o->alpha = q->alpha;
+    o->scale_min = q->smin;
+    o->scale_max = q->smax;
+}
+
+/* ---- outlier report -------------------------------------------------------------- */
+kvant_code kvant_outliers(kvant_model *km, const char *text, size_t len, const kvant_outlier_params *p,
+                          kvant_outlier_report *r, kvant_status *st) {
+    memset(r, 0, sizeof *r);
+    const model *m = p->transform ? p->transform->m : km->m;
+    const model_config *c = &m->cfg;
+    if (p->transform && p->transform->km != km) return core_fail(st, KVANT_ERR_ARG, "transform made for another model");
+    const int max_tokens = p->max_tokens > 0 ? p->max_tokens : 4096;
+    int8_stats *s = int8_stats_new(c, p->threshold, max_tokens, st);
+    if (!s) return st->code;
+    kvant_code rc = run_text(km, m, text, len, max_tokens, p->ctx > 0 ? p->ctx : 512, int8_stats_tap, s, p->progress,
+                             p->user, st);
+    if (rc == KVANT_OK) {
+        r->n_layers = c->n_layers;
+        r->dim = c->dim;
+        r->n_tokens = s->n_tokens;
+        for (int i = 0; i < KVANT_N_SITES; i++) {
+            const size_t n = (size_t)c->n_layers * (size_t)s->dims[i];
+            r->site_name[i] = int8_site_name(i);
+            r->site_dim[i] = s->dims[i];
+            r->max_abs[i] = malloc(sizeof(float) * n);
+            r->mean_abs[i] = malloc(sizeof(float) * n);
+            r->share_over[i] = malloc(sizeof(float) * n);
+            if (!r->max_abs[i] || !r->mean_abs[i] || !r->share_over[i]) continue;
+            for (size_t k = 0; k < n; k++) {
+                r->max_abs[i][k] = s->maxabs[i][k];
+                r->mean_abs[i][k] = s->n_tokens ? (float)(s->sumabs[i][k] / (double)s->n_tokens) : 0.0f;
+                r->share_over[i][k] = s->n_tokens ? (float)((double)s->n_over[i][k] / (double)s->n_tokens) : 0.0f;
+            }
+        }
+        r->layer_share = malloc(sizeof(double) * (size_t)c->dim);
+        r->token_share = malloc(sizeof(double) * (size_t)c->dim);
+        r->is_outlier = malloc(sizeof(bool) * (size_t)c->dim);
+        bool ok = r->layer_share && r->token_share && r->is_outlier;
+        for (int i = 0; i < KVANT_N_SITES; i++) ok = ok && r->max_abs[i] && r->mean_abs[i] && r->share_over[i];
+        if (!ok) {
+            rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+            kvant_outlier_report_free(r);
+        } else {
+            for (int j = 0; j < c->dim; j++) {
+                r->is_outlier[j] =
+                    int8_stats_outlier(s, j, p->min_layers, p->min_tokens, &r->layer_share[j], &r->token_share[j]);
+                r->n_outliers += r->is_outlier[j];
+            }
+        }
+    }
+    int8_stats_free(s);
+    return rc;
+}
+
+void kvant_outlier_report_free(kvant_outlier_report *r) {
+    for (int i = 0; i < KVANT_N_SITES; i++) {
+        free(r->max_abs[i]);
+        free(r->mean_abs[i]);
+        free(r->share_over[i]);
+    }
+    free(r->layer_share);
+    free(r->token_share);
+    free(r->is_outlier);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,120 @@
+/* cmd_serve.c - `kvant serve`: the OpenAI-compatible HTTP server. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "server/server.h"
+
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kvant serve -m MODEL [options]\n"
+            "\n"
+            "OpenAI-compatible HTTP server: POST /v1/completions, POST /v1/chat/completions\n"
+            "(stream: true gives Server-Sent Events), GET /v1/models, GET /health, GET /metrics.\n"
+            "\n"
+            "  -m, --model FILE        GGUF or llama2.c model (required)\n"
+            "  -z, --tokenizer FILE    llama2.c tokenizer.bin\n"
+            "  --host ADDR             IPv4 address to bind (default 127.0.0.1: loopback only;\n"
+            "                          0.0.0.0 exposes the server to the network)\n"
+            "  --port N                TCP port (default 8080; 0: any free port, printed on stderr)\n"
+            "  --api-key KEY           require 'Authorization: Bearer KEY' on /v1/* (default: none)\n"
+            "  --alias NAME            model id clients name (default: the model's name)\n"
+            "  --max-seqs N            sequences running at once (default 64)\n"
+            "  --max-queue N           requests waiting beyond those; more get 429 (default 1024)\n"
+            "  --max-batch-tokens N    tokens per engine step (default 512)\n"
+            "  --target-step-ms MS     adapt prompt chunks so a step takes about MS (default 0: off)\n"
+            "  --kv-mem MIB            KV cache pool size (default: max-seqs x context, at most 1 GiB)\n"
+            "  --kv-type T             f32 (default), f16, q8_0\n"
+            "  --block-size N          tokens per KV block (default 16)\n"
+            "  -c, --ctx N             tokens one sequence may hold (default: training context)\n"
+            "  --no-prefix-cache       do not reuse KV blocks of identical prompt prefixes\n"
+            "  --max-body BYTES        largest request body (default 1048576; larger: 413)\n"
+            "  -t, --threads N         compute threads (default: all CPUs)\n"
+            "  -q, --quiet             no per-request log lines\n"
+            "\n"
+            "SIGINT/SIGTERM: stop accepting, let running requests finish (up to 10 s),\n"
+            "cancel the rest, exit 0.\n");
+}
+
+int cmd_serve(int argc, char **argv) {
+    cli_args a = {argc, 1, argv, "kvant serve", false};
+    const char *model = NULL, *tokenizer = NULL;
+    srv_params p = {.port = 8080, .log_requests = true};
+    p.engine = kvant_engine_default();
+    int threads = 0;
+    for (; a.i < argc && !a.error; a.i++) {
+        if (cli_is(&a, "-h", "--help")) {
+            usage(stdout);
+            return CLI_OK;
+        } else if (cli_is(&a, "-m", "--model")) model = cli_str(&a);
+        else if (cli_is(&a, "-z", "--tokenizer")) tokenizer = cli_str(&a);
+        else if (cli_is(&a, "--host", NULL)) p.host = cli_str(&a);
+        else if (cli_is(&a, "--port", NULL)) p.port = cli_int(&a, 0, 65535);
+        else if (cli_is(&a, "--api-key", NULL)) p.api_key = cli_str(&a);
+        else if (cli_is(&a, "--alias", NULL)) p.model_id = cli_str(&a);
+        else if (cli_is(&a, "--max-seqs", NULL)) p.engine.max_seqs = cli_int(&a, 1, 4096);
+        else if (cli_is(&a, "--max-queue", NULL)) p.engine.max_waiting = cli_int(&a, 1, 1 << 20);
+        else if (cli_is(&a, "--max-batch-tokens", NULL)) p.engine.max_batch_tokens = cli_int(&a, 1, 1 << 16);
+        else if (cli_is(&a, "--target-step-ms", NULL)) p.engine.target_step_ms = cli_float(&a, 0, 1e5);
+        else if (cli_is(&a, "--kv-mem", NULL)) p.engine.kv_mem_mib = cli_float(&a, 0.001f, 1e7);
+        else if (cli_is(&a, "--kv-type", NULL)) p.engine.kv_type = cli_str(&a);
+        else if (cli_is(&a, "--block-size", NULL)) p.engine.block_size = cli_int(&a, 1, 4096);
+        else if (cli_is(&a, "-c", "--ctx")) p.engine.max_ctx = cli_int(&a, 1, 1 << 24);
+        else if (cli_is(&a, "--no-prefix-cache", NULL)) p.engine.prefix_cache = false;
+        else if (cli_is(&a, "--max-body", NULL)) p.max_body = (size_t)cli_int(&a, 64, 1 << 30);
+        else if (cli_is(&a, "-t", "--threads")) threads = cli_int(&a, 1, 1024);
+        else if (cli_is(&a, "-q", "--quiet")) p.log_requests = false;
+        else cli_unknown(&a);
+    }
+    if (a.error) return CLI_USAGE;
+    if (!model) {
+        fprintf(stderr, "kvant serve: -m MODEL is required (see --help)\n");
+        return CLI_USAGE;
+    }
+    /* SIGINT/SIGTERM are blocked in every thread (those started later inherit
+     * the mask); this one takes them with sigwait */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    kvant_status st;
+    kvant_model_params mp = {tokenizer, threads};
+    kvant_model *m = kvant_model_open(model, &mp, &st);
+    if (!m) {
+        fprintf(stderr, "kvant serve: %s\n", st.msg);
+        return cli_status_exit(&st);
+    }
+    /* model id: --alias, else the file name without directory and extension */
+    char id[256];
+    if (!p.model_id) {
+        const char *b = strrchr(model, '/');
+        snprintf(id, sizeof id, "%s", b ? b + 1 : model);
+        char *dot = strrchr(id, '.');
+        if (dot && dot != id) *dot = 0;
+        p.model_id = id;
+    }
+    srv *s = srv_start(m, &p, &st);
+    if (!s) {
+        fprintf(stderr, "kvant serve: %s\n", st.msg);
+        kvant_model_free(m);
+        return st.code == KVANT_ERR_ARG ? CLI_USAGE : CLI_FAIL;
+    }
+    fprintf(stderr, "kvant serve: %s on http://%s:%d (model id '%s', %d threads)\n", model,
+            p.host ? p.host : "127.0.0.1", srv_port(s), p.model_id,
+            threads ? threads : kvant_default_threads());
+    fflush(stderr);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "kvant serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv_stop(s, 10000);
+    kvant_model_free(m);
+    fprintf(stderr, "kvant serve: stopped\n");
+    return CLI_OK;
+}

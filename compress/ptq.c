@@ -1,0 +1,248 @@
+/* ptq.c - the PTQ quantizer (compress/ptq.h): ranges, MSE clipping, codes,
+ * fake quantization, and matrices written into kvant's PTQ types. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "compress/ptq.h"
+#include "kernels/ptq.h"
+
+/* clipping search: r = 1, 1 - PTQ_CLIP_STEP, ... down to PTQ_CLIP_MIN */
+#define PTQ_CLIP_STEPS 36
+#define PTQ_CLIP_STEP 0.02f
+
+bool ptq_spec_valid(const ptq_spec *s) {
+    return s && (s->scheme == PTQ_ABSMAX || s->scheme == PTQ_ZEROPOINT) && s->bits >= 2 && s->bits <= 8 &&
+           (s->gran == PTQ_TENSOR || s->gran == PTQ_CHANNEL || (s->gran == PTQ_GROUP && s->group >= 1)) &&
+           (s->clip == PTQ_CLIP_NONE || s->clip == PTQ_CLIP_MSE);
+}
+
+kvant_code ptq_spec_parse(ptq_spec *s, const char *scheme, const char *gran, int bits, const char *clip,
+                          kvant_status *st) {
+    memset(s, 0, sizeof *s);
+    if (!scheme || !strcasecmp(scheme, "absmax")) s->scheme = PTQ_ABSMAX;
+    else if (!strcasecmp(scheme, "zeropoint") || !strcasecmp(scheme, "zp")) s->scheme = PTQ_ZEROPOINT;
+    else return core_fail(st, KVANT_ERR_ARG, "unknown scheme '%s' (absmax or zeropoint)", scheme);
+    if (!gran || !strcasecmp(gran, "channel")) s->gran = PTQ_CHANNEL;
+    else if (!strcasecmp(gran, "tensor")) s->gran = PTQ_TENSOR;
+    else if (!strncasecmp(gran, "group:", 6) || !strncasecmp(gran, "g", 1)) {
+        const char *num = gran[1] == 'r' || gran[1] == 'R' ? gran + 6 : gran + 1;
+        char *end;
+        long g = strtol(num, &end, 10);
+        if (*num == 0 || *end || g < 1 || g > 1 << 20)
+            return core_fail(st, KVANT_ERR_ARG, "bad granularity '%s' (tensor, channel or group:G)", gran);
+        s->gran = PTQ_GROUP;
+        s->group = (int)g;
+    } else return core_fail(st, KVANT_ERR_ARG, "unknown granularity '%s' (tensor, channel or group:G)", gran);
+    if (bits < 2 || bits > 8) return core_fail(st, KVANT_ERR_ARG, "--bits %d is not in 2..8", bits);
+    s->bits = bits;
+    if (!clip || !strcasecmp(clip, "none")) s->clip = PTQ_CLIP_NONE;
+    else if (!strcasecmp(clip, "mse")) s->clip = PTQ_CLIP_MSE;
+    else return core_fail(st, KVANT_ERR_ARG, "unknown clip '%s' (mse or none)", clip);
+    return KVANT_OK;
+}
+
+const char *ptq_spec_name(const ptq_spec *s, char *buf, size_t cap) {
+    char g[32];
+    if (s->gran == PTQ_GROUP) snprintf(g, sizeof g, "g%d", s->group);
+    else snprintf(g, sizeof g, "%s", s->gran == PTQ_TENSOR ? "tensor" : "channel");
+    snprintf(buf, cap, "%s%d-%s%s", s->scheme == PTQ_ABSMAX ? "absmax" : "zp", s->bits, g,
+             s->clip == PTQ_CLIP_MSE ? "-mse" : "");
+    return buf;
+}
+
+/* ---- ranges, codes, errors ------------------------------------------------------- */
+static float f16_round(float v) { return kern_fp16_to_fp32(kern_fp32_to_fp16(v)); }
+
+/* (scale, zero) for the range [lo, hi] (lo <= 0 <= hi) */
+static ptq_qp qp_from_range(const ptq_spec *s, float lo, float hi) {
+    ptq_qp qp;
+    if (s->scheme == PTQ_ABSMAX) {
+        const float amax = fmaxf(-lo, hi);
+        qp.scale = f16_round(amax / (float)((1 << (s->bits - 1)) - 1));
+        qp.zero = 1 << (s->bits - 1);
+        return qp;
+    }
+    const int umax = (1 << s->bits) - 1;
+    qp.scale = f16_round((hi - lo) / (float)umax);
+    int z = qp.scale > 0.0f ? (int)lrintf(-lo / qp.scale) : 0;
+    qp.zero = z < 0 ? 0 : z > umax ? umax : z;
+    return qp;
+}
+
+/* weighted squared error; imp[k] weighs element j where k runs 0..period-1
+ * cyclically (period: the row length, so per-tensor groups spanning rows
+ * reuse the per-column importance) */
+static double error_(const ptq_spec *s, ptq_qp qp, const float *x, int64_t n, const float *imp, int64_t period) {
+    const int umax = (1 << s->bits) - 1;
+    const float id = qp.scale != 0.0f ? 1.0f / qp.scale : 0.0f;
+    double e = 0.0;
+    int64_t k = 0;
+    for (int64_t j = 0; j < n; j++) {
+        int q = (int)lrintf(x[j] * id) + qp.zero;
+        q = q < 0 ? 0 : q > umax ? umax : q;
+        const float diff = x[j] - qp.scale * (float)(q - qp.zero);
+        e += (double)(imp ? imp[k] : 1.0f) * (double)diff * diff;
+        if (++k == period) k = 0;
+    }
+    return e;
+}
+
+double ptq_error(const ptq_spec *s, ptq_qp qp, const float *x, int64_t n, const float *imp) {
+    return error_(s, qp, x, n, imp, n);
+}
+
+static ptq_qp choose_(const ptq_spec *s, const float *x, int64_t n, const float *imp, int64_t period) {
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t j = 0; j < n; j++) { lo = fminf(lo, x[j]); hi = fmaxf(hi, x[j]); }
+    ptq_qp best = qp_from_range(s, lo, hi);
+    if (s->clip != PTQ_CLIP_MSE || best.scale == 0.0f) return best;
+    double best_e = error_(s, best, x, n, imp, period);
+    for (int i = 1; i < PTQ_CLIP_STEPS; i++) {
+        const float r = 1.0f - PTQ_CLIP_STEP * (float)i;
+        const ptq_qp qp = qp_from_range(s, lo * r, hi * r);
+        if (qp.scale == 0.0f) continue;
+        const double e = error_(s, qp, x, n, imp, period);
+        if (e < best_e) { best_e = e; best = qp; }
+    }
+    return best;
+}
+
+ptq_qp ptq_choose(const ptq_spec *s, const float *x, int64_t n, const float *imp) {
+    return choose_(s, x, n, imp, n);
+}
+
+void ptq_codes(const ptq_spec *s, ptq_qp qp, const float *x, int64_t n, uint8_t *u) {
+    kern_ptq_codes(x, n, s->bits, qp.scale, qp.zero, u);
+}
+
+/* ---- matrices ----------------------------------------------------------------------- */
+int64_t ptq_groups_per_row(const ptq_spec *s, int64_t cols) {
+    return s->gran == PTQ_GROUP ? (cols + s->group - 1) / s->group : 1;
+}
+
+int64_t ptq_n_qp(const ptq_spec *s, int64_t rows, int64_t cols) {
+    return s->gran == PTQ_TENSOR ? 1 : rows * ptq_groups_per_row(s, cols);
+}
+
+void ptq_quantize_matrix(const ptq_spec *s, const float *x, int64_t rows, int64_t cols, const float *imp,
+                         uint8_t *u, ptq_qp *qp) {
+    if (s->gran == PTQ_TENSOR) {
+        qp[0] = choose_(s, x, rows * cols, imp, cols);
+        if (u) kern_ptq_codes(x, rows * cols, s->bits, qp[0].scale, qp[0].zero, u);
+        return;
+    }
+    const int64_t G = s->gran == PTQ_GROUP ? s->group : cols, ng = ptq_groups_per_row(s, cols);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t g = 0; g < ng; g++) {
+            const int64_t c0 = g * G, n = cols - c0 < G ? cols - c0 : G;
+            const float *xg = x + r * cols + c0;
+            ptq_qp *q = &qp[r * ng + g];
+            *q = choose_(s, xg, n, imp ? imp + c0 : NULL, n);
+            if (u) kern_ptq_codes(xg, n, s->bits, q->scale, q->zero, u + r * cols + c0);
+        }
+}
+
+void ptq_fake_quant(const ptq_spec *s, const float *x, float *y, int64_t rows, int64_t cols, const float *imp,
+                    uint8_t *mask) {
+    const int64_t nqp = ptq_n_qp(s, rows, cols), G = s->gran == PTQ_GROUP ? s->group : cols;
+    const int64_t ng = ptq_groups_per_row(s, cols);
+    ptq_qp one, *qp = nqp == 1 ? &one : malloc((size_t)nqp * sizeof *qp);
+    CORE_ASSERT(qp);
+    ptq_quantize_matrix(s, x, rows, cols, imp, NULL, qp);
+    const int umax = (1 << s->bits) - 1;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            const ptq_qp q = s->gran == PTQ_TENSOR ? qp[0] : qp[r * ng + c / G];
+            const float id = q.scale != 0.0f ? 1.0f / q.scale : 0.0f;
+            const int64_t i = r * cols + c;
+            int v = (int)lrintf(x[i] * id) + q.zero;
+            if (mask) mask[i] = v >= 0 && v <= umax;
+            v = v < 0 ? 0 : v > umax ? umax : v;
+            y[i] = q.scale * (float)(v - q.zero);
+        }
+    if (qp != &one) free(qp);
+}
+
+/* ---- storage types ---------------------------------------------------------------- */
+bool ptq_type_spec(int type, ptq_spec *out) {
+    int sc, b, g;
+    if (!kern_ptq_decode(type, &sc, &b, &g)) return false;
+    *out = (ptq_spec){.scheme = (ptq_scheme)sc, .bits = b,
+                      .gran = g == KERN_PTQ_TENSOR ? PTQ_TENSOR : g == KERN_PTQ_CHANNEL ? PTQ_CHANNEL : PTQ_GROUP,
+                      .group = kern_ptq_group(g), .clip = PTQ_CLIP_NONE};
+    return true;
+}
+
+static int gran_index(int G) { return G == 32 ? KERN_PTQ_G32 : G == 64 ? KERN_PTQ_G64 : G == 128 ? KERN_PTQ_G128 : -1; }
+
+int ptq_storage_type(const ptq_spec *s, int64_t cols, ptq_spec *used, char *note, size_t cap) {
+    if (note && cap) note[0] = 0;
+    if (!ptq_spec_valid(s)) return -1;
+    ptq_spec u = *s;
+    int g;
+    if (s->gran == PTQ_TENSOR) g = KERN_PTQ_TENSOR;
+    else if (s->gran == PTQ_CHANNEL) g = KERN_PTQ_CHANNEL;
+    else {
+        g = gran_index(s->group);
+        if (g < 0) return -1;
+        if (cols % s->group) {
+            int G = s->group / 2;
+            while (G >= 32 && cols % G) G /= 2;
+            if (G >= 32) {
+                g = gran_index(G);
+                u.group = G;
+                if (note) snprintf(note, cap, "%lld columns do not divide group %d; using group %d", (long long)cols, s->group, G);
+            } else {
+                g = KERN_PTQ_CHANNEL;
+                u.gran = PTQ_CHANNEL;
+                u.group = 0;
+                if (note)
+                    snprintf(note, cap, "%lld columns fit no group of 32/64/128; using per-channel", (long long)cols);
+            }
+        }
+    }
+    if (used) *used = u;
+    return KERN_PTQ_TYPE((int)s->scheme, s->bits, g);
+}
+
+kvant_code ptq_quantize_tensor(const ptq_spec *s, int type, const float *x, int64_t rows, int64_t cols,
+                               const float *imp, void *out, kvant_status *st) {
+    const kern_type_traits *tt = kern_type_get(type);
+    if (!tt) return core_fail(st, KVANT_ERR_ARG, "unknown tensor type %d", type);
+    const size_t rb = kern_row_bytes(type, cols);
+    if (!rb) return core_fail(st, KVANT_ERR_ARG, "%s cannot hold rows of %lld", tt->name, (long long)cols);
+    ptq_spec ts;
+    if (!ptq_type_spec(type, &ts)) {
+        if (!tt->from_float_ref) return core_fail(st, KVANT_ERR_UNSUPPORTED, "kvant cannot write %s", tt->name);
+        for (int64_t r = 0; r < rows; r++) tt->from_float_ref(x + r * cols, (uint8_t *)out + (size_t)r * rb, cols);
+        return KVANT_OK;
+    }
+    ts.clip = s ? s->clip : PTQ_CLIP_NONE;
+    const int64_t nqp = ptq_n_qp(&ts, rows, cols), ng = ptq_groups_per_row(&ts, cols);
+    ptq_qp *qp = malloc((size_t)nqp * sizeof *qp);
+    uint8_t *u = malloc((size_t)(rows * cols));
+    if (!qp || !u) {
+        free(qp);
+        free(u);
+        return core_fail(st, KVANT_ERR_NOMEM, "out of memory quantizing %lld x %lld", (long long)rows, (long long)cols);
+    }
+    ptq_quantize_matrix(&ts, x, rows, cols, imp, u, qp);
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *o = (uint8_t *)out + (size_t)r * rb;
+        if (ts.gran != PTQ_GROUP) {
+            const ptq_qp q = qp[ts.gran == PTQ_TENSOR ? 0 : r];
+            kern_ptq_write(o, ts.scheme, ts.bits, q.scale, q.zero, u + r * cols, cols);
+            continue;
+        }
+        for (int64_t g = 0; g < ng; g++) {
+            const ptq_qp q = qp[r * ng + g];
+            o += kern_ptq_write(o, ts.scheme, ts.bits, q.scale, q.zero, u + r * cols + g * ts.group, ts.group);
+        }
+    }
+    free(qp);
+    free(u);
+    return KVANT_OK;
+}

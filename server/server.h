@@ -1,0 +1,71 @@
+/* server/ - an OpenAI-compatible HTTP server over the engine API.
+ *
+ * Uses nothing but the public API (include/kvant.h), libmicrohttpd and cJSON.
+ * Threads: libmicrohttpd's one internal polling thread (epoll) runs every
+ * handler; connections that wait for tokens are suspended and resumed by
+ * the engine thread, which loops kvant_engine_wait / kvant_engine_step and
+ * routes each event to its request's queue.  Prefix srv_. */
+#ifndef KVANT_SERVER_H
+#define KVANT_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kvant.h"
+
+typedef struct {
+    const char *host;       /* NULL: 127.0.0.1 (loopback) */
+    int port;               /* 0: any free port (see srv_port) */
+    const char *api_key;    /* NULL: no key needed */
+    const char *model_id;   /* the id /v1/models lists and requests must name */
+    size_t max_body;        /* bytes of a request body (0: 1 MiB); more: 413 */
+    int default_max_tokens; /* completions without max_tokens (0: 16, OpenAI's) */
+    kvant_engine_params engine;
+    bool log_requests;      /* one line per request on the library log */
+} srv_params;
+
+typedef struct srv srv;
+
+/* Starts the engine thread and the HTTP daemon.  The model must outlive the
+ * server.  NULL + st on failure (port in use: KVANT_ERR_IO). */
+srv *srv_start(kvant_model *m, const srv_params *p, kvant_status *st);
+int srv_port(const srv *s);
+/* Graceful stop: stop accepting connections, let in-flight requests finish
+ * for up to grace_ms, cancel the rest (their streams end with finish_reason
+ * "abort"), then stop both threads and free everything. */
+void srv_stop(srv *s, int grace_ms);
+
+/* ---- chat templates (server/chat.c) ------------------------------------------ */
+typedef enum { CHAT_PLAIN, CHAT_LLAMA2, CHAT_CHATML, CHAT_ZEPHYR, CHAT_LLAMA3 } srv_chat_kind;
+typedef struct {
+    const char *role;       /* "system", "user", "assistant" */
+    const char *content;
+} srv_chat_msg;
+/* Which common template a GGUF tokenizer.chat_template is, by its markers
+ * (NULL or unknown: CHAT_PLAIN). */
+srv_chat_kind srv_chat_detect(const char *tmpl);
+const char *srv_chat_name(srv_chat_kind k);
+/* The prompt text for messages, ending where the assistant's reply begins
+ * (malloc'd, NULL when out of memory).  BOS is added by the tokenizer. */
+char *srv_chat_render(srv_chat_kind k, const srv_chat_msg *msgs, int n);
+
+/* ---- stop strings over streamed text (server/text.c) ---------------------------
+ * Text arrives in pieces; srv_text_emittable says how many bytes from `sent`
+ * may be shown: none of a stop string (the text stops before it) and none of
+ * a possible stop-string start or an incomplete UTF-8 sequence at the end. */
+typedef struct {
+    char *buf;
+    size_t len, cap, sent;  /* bytes held, capacity, bytes already shown */
+    bool stopped;           /* a stop string was found; len was cut before it */
+} srv_text;
+bool srv_text_append(srv_text *t, const char *s, size_t n);
+/* Looks for the stop strings in the unsent text (a match may span pieces);
+ * on a match cuts the text before it and sets stopped.  Returns the end of
+ * what may be sent now (>= t->sent); final: the text is complete (no more
+ * withholding). */
+size_t srv_text_scan(srv_text *t, const char *const *stops, int n_stops, bool final);
+void srv_text_free(srv_text *t);
+/* bytes of s[0..n) that form complete UTF-8 sequences at the end */
+size_t srv_utf8_complete(const char *s, size_t n);
+
+#endif

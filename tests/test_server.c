@@ -1,0 +1,666 @@
+/* test_server.c - `kvant serve` end to end: a real server on a free loopback
+ * port (stories260K), talked to over HTTP with libcurl.  Covers every
+ * endpoint, every error of the error matrix, streaming, n > 1, stop strings,
+ * logprobs, client disconnect (the sequence is cancelled, /metrics shows its
+ * blocks returned), batched == sequential greedy outputs and a graceful
+ * SIGTERM.  Also unit checks of the chat templates and the stop-string scan. */
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "server/server.h"
+#include "testutil.h"
+
+#define KEY "test-key-123"
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char log[256];
+} server_proc;
+
+static server_proc g_srv;  /* with --api-key KEY */
+static pid_t g_extra;      /* a second server a test runs; killed in teardown if a test failed */
+
+/* starts `kvant serve --port 0 ARGS` and reads the port from its log */
+static server_proc start_server(const char *args, const char *logname) {
+    server_proc s = {0};
+    snprintf(s.log, sizeof s.log, "%s", tmp_path(logname));
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "exec %s serve -m %s --port 0 -t 1 %s >/dev/null 2>%s", KVANT_BIN,
+             shared_path("models/stories260K.gguf"), args, s.log);
+    unlink(s.log);
+    s.pid = fork();
+    if (s.pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 300 && !s.port; i++) { /* up to 30 s (ASan) */
+        usleep(100000);
+        FILE *f = fopen(s.log, "r");
+        if (!f) continue;
+        char line[512];
+        while (fgets(line, sizeof line, f)) {
+            const char *p = strstr(line, "http://127.0.0.1:");
+            if (p) s.port = atoi(p + 17);
+        }
+        fclose(f);
+    }
+    assert_true(s.port > 0);
+    return s;
+}
+
+static int stop_server(server_proc *s) {
+    kill(s->pid, SIGTERM);
+    int st = 0;
+    waitpid(s->pid, &st, 0);
+    return st;
+}
+
+/* ---- HTTP helpers ----------------------------------------------------------------- */
+typedef struct {
+    char *p;
+    size_t n;
+    size_t abort_after;  /* > 0: stop reading (disconnect) after this many bytes */
+    char retry_after[32];
+} buf;
+
+static size_t on_body(char *d, size_t sz, size_t nm, void *u) {
+    buf *b = u;
+    size_t n = sz * nm;
+    b->p = realloc(b->p, b->n + n + 1);
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    if (b->abort_after && b->n >= b->abort_after) return 0;
+    return n;
+}
+
+static size_t on_header(char *d, size_t sz, size_t nm, void *u) {
+    buf *b = u;
+    size_t n = sz * nm;
+    if (n > 13 && !strncasecmp(d, "Retry-After:", 12)) snprintf(b->retry_after, sizeof b->retry_after, "%.*s", (int)(n - 12), d + 12);
+    return n;
+}
+
+static CURL *make(int port, const char *method, const char *path, const char *body, const char *key, buf *b,
+                  struct curl_slist **hd) {
+    char url[256];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+    CURL *h = curl_easy_init();
+    *hd = curl_slist_append(NULL, "Content-Type: application/json");
+    if (key) {
+        char a[128];
+        snprintf(a, sizeof a, "Authorization: Bearer %s", key);
+        *hd = curl_slist_append(*hd, a);
+    }
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, *hd);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    if (body) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    }
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, b);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, b);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 120L);
+    return h;
+}
+
+static long http(int port, const char *method, const char *path, const char *body, const char *key, buf *b) {
+    struct curl_slist *hd;
+    memset(b, 0, sizeof *b);
+    CURL *h = make(port, method, path, body, key, b, &hd);
+    long code = 0;
+    curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hd);
+    if (!b->p) b->p = calloc(1, 1);
+    return code;
+}
+
+/* POSTs to the keyed server, expects 200 and JSON */
+static cJSON *post_ok(const char *path, const char *body) {
+    buf b;
+    long code = http(g_srv.port, "POST", path, body, KEY, &b);
+    if (code != 200) fprintf(stderr, "POST %s %s -> %ld %s\n", path, body, code, b.p);
+    assert_int_equal(code, 200);
+    cJSON *j = cJSON_Parse(b.p);
+    assert_non_null(j);
+    free(b.p);
+    return j;
+}
+
+static const char *jstr(cJSON *j, const char *path) { /* "choices.0.text" */
+    char tmp[128];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *t = strtok(tmp, "."); t && j; t = strtok(NULL, "."))
+        j = (*t >= '0' && *t <= '9') ? cJSON_GetArrayItem(j, atoi(t)) : cJSON_GetObjectItem(j, t);
+    return cJSON_IsString(j) ? j->valuestring : NULL;
+}
+
+static double jnum(cJSON *j, const char *path) {
+    char tmp[128];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *t = strtok(tmp, "."); t && j; t = strtok(NULL, "."))
+        j = (*t >= '0' && *t <= '9') ? cJSON_GetArrayItem(j, atoi(t)) : cJSON_GetObjectItem(j, t);
+    assert_true(cJSON_IsNumber(j));
+    return j->valuedouble;
+}
+
+/* Concatenates the text of an SSE stream (choice `index`); checks the framing */
+static char *sse_text(const char *body, int index, const char *field, const char **finish, int *usage_tokens) {
+    size_t cap = 1, len = 0;
+    char *out = calloc(1, cap);
+    bool done = false;
+    const char *p = body;
+    while ((p = strstr(p, "data: "))) {
+        p += 6;
+        const char *e = strstr(p, "\n\n");
+        assert_non_null(e);
+        assert_false(done); /* nothing after [DONE] */
+        if (!strncmp(p, "[DONE]", 6)) {
+            done = true;
+            p = e;
+            continue;
+        }
+        cJSON *j = cJSON_ParseWithLength(p, (size_t)(e - p));
+        assert_non_null(j);
+        cJSON *u = cJSON_GetObjectItem(j, "usage");
+        if (cJSON_IsObject(u) && usage_tokens) *usage_tokens = (int)jnum(u, "completion_tokens");
+        cJSON *c;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "choices")) {
+            if ((int)jnum(c, "index") != index) continue;
+            const char *t = jstr(c, field);
+            if (t) {
+                out = realloc(out, cap += strlen(t));
+                memcpy(out + len, t, strlen(t) + 1);
+                len += strlen(t);
+            }
+            const char *f = jstr(c, "finish_reason");
+            if (f && finish) *finish = strcmp(f, "stop") ? strcmp(f, "length") ? "other" : "length" : "stop";
+        }
+        cJSON_Delete(j);
+        p = e;
+    }
+    assert_true(done);
+    return out;
+}
+
+/* ---- unit checks -------------------------------------------------------------- */
+static void test_chat_templates(void **state) {
+    (void)state;
+    assert_int_equal(srv_chat_detect(NULL), CHAT_PLAIN);
+    assert_int_equal(srv_chat_detect("{% for m in messages %}<|im_start|>{{m.role}}"), CHAT_CHATML);
+    assert_int_equal(srv_chat_detect("<|start_header_id|>' + role + '<|end_header_id|>"), CHAT_LLAMA3);
+    assert_int_equal(srv_chat_detect("<|user|>\n{{ content }}</s>"), CHAT_ZEPHYR);
+    assert_int_equal(srv_chat_detect("{{ bos_token + '[INST] ' + content + ' [/INST]' }}"), CHAT_LLAMA2);
+    const srv_chat_msg m[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Why?"}};
+    char *t = srv_chat_render(CHAT_CHATML, m, 4);
+    assert_string_equal(t, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                           "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nWhy?<|im_end|>\n"
+                           "<|im_start|>assistant\n");
+    free(t);
+    t = srv_chat_render(CHAT_LLAMA2, m, 4);
+    assert_string_equal(t, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello </s><s>[INST] Why? [/INST]");
+    free(t);
+    t = srv_chat_render(CHAT_LLAMA3, m + 1, 1);
+    assert_string_equal(t, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                           "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(t);
+    t = srv_chat_render(CHAT_ZEPHYR, m + 1, 1);
+    assert_string_equal(t, "<|user|>\nHi</s>\n<|assistant|>\n");
+    free(t);
+    t = srv_chat_render(CHAT_PLAIN, m, 2);
+    assert_string_equal(t, "System: Be brief.\nUser: Hi\nAssistant:");
+    free(t);
+}
+
+static void test_stop_scan(void **state) {
+    (void)state;
+    const char *stops[] = {"END", "\n\n"};
+    srv_text t = {0};
+    /* pieces "ab", "cE", "N", "Dxyz": the stop spans three pieces */
+    srv_text_append(&t, "ab", 2);
+    assert_int_equal(srv_text_scan(&t, stops, 2, false), 2);
+    t.sent = 2;
+    srv_text_append(&t, "cE", 2);
+    assert_int_equal(srv_text_scan(&t, stops, 2, false), 3); /* "E" withheld */
+    t.sent = 3;
+    srv_text_append(&t, "N", 1);
+    assert_int_equal(srv_text_scan(&t, stops, 2, false), 3); /* "EN" withheld */
+    srv_text_append(&t, "Dxyz", 4);
+    assert_int_equal(srv_text_scan(&t, stops, 2, false), 3);
+    assert_true(t.stopped);
+    assert_string_equal(t.buf, "abc");
+    srv_text_free(&t);
+    /* a false start is released; an incomplete UTF-8 character is withheld */
+    srv_text_append(&t, "xE", 2);
+    assert_int_equal(srv_text_scan(&t, stops, 2, false), 1);
+    srv_text_append(&t, "Q\xC3", 2);
+    assert_int_equal(srv_text_scan(&t, stops, 2, false), 3);
+    srv_text_append(&t, "\xA9", 1);
+    assert_int_equal(srv_text_scan(&t, stops, 2, false), 5);
+    assert_int_equal(srv_text_scan(&t, stops, 2, true), 5);
+    assert_false(t.stopped);
+    srv_text_free(&t);
+}
+
+/* ---- endpoints ------------------------------------------------------------------ */
+static void test_health_models_metrics(void **state) {
+    (void)state;
+    buf b;
+    assert_int_equal(http(g_srv.port, "GET", "/health", NULL, NULL, &b), 200);
+    assert_non_null(strstr(b.p, "\"ok\""));
+    free(b.p);
+    assert_int_equal(http(g_srv.port, "GET", "/v1/models", NULL, KEY, &b), 200);
+    cJSON *j = cJSON_Parse(b.p);
+    assert_string_equal(jstr(j, "object"), "list");
+    assert_string_equal(jstr(j, "data.0.id"), "stories260K");
+    cJSON_Delete(j);
+    free(b.p);
+    assert_int_equal(http(g_srv.port, "GET", "/metrics", NULL, NULL, &b), 200);
+    const char *want[] = {"kvant_num_requests_running ", "kvant_num_requests_waiting ", "kvant_kv_blocks_used ",
+                          "kvant_kv_blocks_free ", "kvant_kv_blocks_cached ", "kvant_prefix_cache_hit_tokens_total ",
+                          "kvant_time_to_first_token_seconds_bucket{le=\"+Inf\"}",
+                          "kvant_time_per_output_token_seconds_count", "kvant_e2e_request_latency_seconds_sum",
+                          "kvant_generation_tokens_total ", "# TYPE kvant_time_to_first_token_seconds histogram"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        if (!strstr(b.p, want[i])) fprintf(stderr, "missing in /metrics: %s\n", want[i]);
+        assert_non_null(strstr(b.p, want[i]));
+    }
+    free(b.p);
+}
+
+static void test_completion_and_stream_agree(void **state) {
+    (void)state;
+    cJSON *j = post_ok("/v1/completions", "{\"model\":\"stories260K\",\"prompt\":\"Once upon a time\",\"max_tokens\":24,"
+                                          "\"temperature\":0}");
+    assert_string_equal(jstr(j, "object"), "text_completion");
+    assert_string_equal(jstr(j, "choices.0.finish_reason"), "length");
+    assert_int_equal((int)jnum(j, "usage.completion_tokens"), 24);
+    assert_int_equal((int)jnum(j, "usage.total_tokens"), 24 + (int)jnum(j, "usage.prompt_tokens"));
+    const char *text = jstr(j, "choices.0.text");
+    assert_true(strlen(text) > 10);
+    buf b;
+    assert_int_equal(http(g_srv.port, "POST", "/v1/completions",
+                          "{\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0,\"stream\":true,"
+                          "\"stream_options\":{\"include_usage\":true}}",
+                          KEY, &b),
+                     200);
+    const char *fin = NULL;
+    int used = 0;
+    char *st = sse_text(b.p, 0, "text", &fin, &used);
+    assert_string_equal(st, text);
+    assert_string_equal(fin, "length");
+    assert_int_equal(used, 24);
+    free(st);
+    free(b.p);
+    cJSON_Delete(j);
+}
+
+static void test_chat(void **state) {
+    (void)state;
+    const char *body = "{\"messages\":[{\"role\":\"system\",\"content\":\"Tell a story.\"},"
+                       "{\"role\":\"user\",\"content\":\"A cat\"}],\"max_tokens\":20,\"temperature\":0%s}";
+    char req[512];
+    snprintf(req, sizeof req, body, "");
+    cJSON *j = post_ok("/v1/chat/completions", req);
+    assert_string_equal(jstr(j, "object"), "chat.completion");
+    assert_string_equal(jstr(j, "choices.0.message.role"), "assistant");
+    const char *text = jstr(j, "choices.0.message.content");
+    assert_non_null(text);
+    buf b;
+    snprintf(req, sizeof req, body, ",\"stream\":true");
+    assert_int_equal(http(g_srv.port, "POST", "/v1/chat/completions", req, KEY, &b), 200);
+    assert_non_null(strstr(b.p, "\"object\":\"chat.completion.chunk\""));
+    assert_non_null(strstr(b.p, "\"role\":\"assistant\""));
+    char *st = sse_text(b.p, 0, "delta.content", NULL, NULL);
+    assert_string_equal(st, text);
+    free(st);
+    free(b.p);
+    cJSON_Delete(j);
+}
+
+static void test_n_samples(void **state) {
+    (void)state;
+    cJSON *j = post_ok("/v1/completions", "{\"prompt\":\"The dog\",\"max_tokens\":12,\"n\":3,\"temperature\":1.0,"
+                                          "\"seed\":7,\"ignore_eos\":true}");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "choices")), 3);
+    for (int i = 0; i < 3; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "choices.%d.index", i);
+        assert_int_equal((int)jnum(j, path), i);
+    }
+    assert_int_equal((int)jnum(j, "usage.completion_tokens"), 36);
+    cJSON_Delete(j);
+    /* streamed n > 1: every index ends with a finish_reason */
+    buf b;
+    assert_int_equal(http(g_srv.port, "POST", "/v1/completions",
+                          "{\"prompt\":\"The dog\",\"max_tokens\":8,\"n\":2,\"stream\":true,\"ignore_eos\":true}", KEY, &b),
+                     200);
+    for (int i = 0; i < 2; i++) {
+        const char *fin = NULL;
+        free(sse_text(b.p, i, "text", &fin, NULL));
+        assert_string_equal(fin, "length");
+    }
+    free(b.p);
+}
+
+static void test_stop_and_logprobs(void **state) {
+    (void)state;
+    cJSON *full = post_ok("/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}");
+    const char *text = jstr(full, "choices.0.text");
+    /* stop at a word in the middle of the greedy text (spans tokens) */
+    const char *mid = strstr(text + 5, " ");
+    assert_non_null(mid);
+    char stop[8] = {0};
+    memcpy(stop, mid, 4);
+    char req[256];
+    snprintf(req, sizeof req, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop\":[\"%s\"]}",
+             stop);
+    cJSON *j = post_ok("/v1/completions", req);
+    assert_string_equal(jstr(j, "choices.0.finish_reason"), "stop");
+    const size_t cut = (size_t)(strstr(text, stop) - text);
+    assert_int_equal(strlen(jstr(j, "choices.0.text")), cut);
+    assert_memory_equal(jstr(j, "choices.0.text"), text, cut);
+    cJSON_Delete(j);
+    snprintf(req, sizeof req,
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop\":\"%s\",\"stream\":true}", stop);
+    buf b;
+    assert_int_equal(http(g_srv.port, "POST", "/v1/completions", req, KEY, &b), 200);
+    const char *fin = NULL;
+    char *st = sse_text(b.p, 0, "text", &fin, NULL);
+    assert_int_equal(strlen(st), cut);
+    assert_string_equal(fin, "stop");
+    free(st);
+    free(b.p);
+    /* logprobs: one entry per token, top alternatives sorted, chosen <= 0 */
+    j = post_ok("/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":6,\"temperature\":0,\"logprobs\":3}");
+    cJSON *lp = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "logprobs");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(lp, "tokens")), 6);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(lp, "token_logprobs")), 6);
+    cJSON *tl = cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "top_logprobs"), 0);
+    assert_true(cJSON_GetArraySize(tl) >= 1 && cJSON_GetArraySize(tl) <= 3);
+    assert_true(jnum(lp, "token_logprobs.0") <= 0);
+    cJSON_Delete(j);
+    cJSON_Delete(full);
+}
+
+/* the error matrix: request -> status, OpenAI error body, server keeps serving */
+static void test_errors(void **state) {
+    (void)state;
+    static const struct {
+        const char *method, *path, *body, *key;
+        long status;
+        const char *param;
+    } cases[] = {
+        {"POST", "/v1/completions", "{\"prompt\": \"hi\",", KEY, 400, NULL},                  /* malformed JSON */
+        {"POST", "/v1/completions", "[1,2,3]", KEY, 400, NULL},                               /* not an object */
+        {"POST", "/v1/completions", "{\"prompt\":42}", KEY, 400, "prompt"},                   /* wrong type */
+        {"POST", "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":\"ten\"}", KEY, 400, "max_tokens"},
+        {"POST", "/v1/completions", "{\"prompt\":\"hi\",\"stream\":\"yes\"}", KEY, 400, "stream"},
+        {"POST", "/v1/completions", "{\"prompt\":\"hi\",\"temperature\":5}", KEY, 400, "temperature"},
+        {"POST", "/v1/completions", "{\"prompt\":\"hi\",\"n\":0}", KEY, 400, "n"},
+        {"POST", "/v1/completions", "{\"prompt\":\"hi\",\"stop\":[1]}", KEY, 400, "stop"},
+        {"POST", "/v1/completions", "{\"prompt\":\"hi\",\"model\":\"gpt-4\"}", KEY, 404, "model"},
+        {"POST", "/v1/completions", "{\"prompt\":\"\"}", KEY, 400, "prompt"},                 /* empty prompt */
+        {"POST", "/v1/completions", "{\"max_tokens\":3}", KEY, 400, "prompt"},                /* no prompt */
+        {"POST", "/v1/chat/completions", "{\"messages\":[]}", KEY, 400, "messages"},
+        {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", KEY, 400, "messages"},
+        {"POST", "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":100000}", KEY, 400, "max_tokens"},
+        {"POST", "/v1/completions", "{\"prompt\":\"hi\"}", NULL, 401, NULL},                  /* no key */
+        {"POST", "/v1/completions", "{\"prompt\":\"hi\"}", "wrong", 401, NULL},               /* wrong key */
+        {"GET", "/v1/models", NULL, "wrong", 401, NULL},
+        {"GET", "/v2/nothing", NULL, KEY, 404, NULL},
+        {"GET", "/v1/completions", NULL, KEY, 405, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        buf b;
+        long code = http(g_srv.port, cases[i].method, cases[i].path, cases[i].body, cases[i].key, &b);
+        if (code != cases[i].status) fprintf(stderr, "case %zu: %s -> %ld %s\n", i, cases[i].body, code, b.p);
+        assert_int_equal(code, cases[i].status);
+        cJSON *j = cJSON_Parse(b.p);
+        assert_non_null(j);
+        assert_non_null(jstr(j, "error.message"));
+        assert_non_null(jstr(j, "error.type"));
+        if (cases[i].param) assert_string_equal(jstr(j, "error.param"), cases[i].param);
+        cJSON_Delete(j);
+        free(b.p);
+    }
+    /* over-long prompt: more tokens than the context (2048) */
+    size_t n = 30000;
+    char *big = malloc(n + 64);
+    int k = sprintf(big, "{\"prompt\":\"");
+    for (size_t i = 0; i < n / 4; i++) k += sprintf(big + k, "%s", "cat ");
+    sprintf(big + k, "\"}");
+    buf b;
+    assert_int_equal(http(g_srv.port, "POST", "/v1/completions", big, KEY, &b), 400);
+    assert_non_null(strstr(b.p, "context_length_exceeded"));
+    free(b.p);
+    free(big);
+    /* body over the size limit (--max-body 65536 here) */
+    big = malloc(100001);
+    memset(big, ' ', 100000);
+    big[100000] = 0;
+    assert_int_equal(http(g_srv.port, "POST", "/v1/completions", big, KEY, &b), 413);
+    assert_non_null(strstr(b.p, "\"error\""));
+    free(b.p);
+    free(big);
+    /* still serving */
+    cJSON_Delete(post_ok("/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":2}"));
+}
+
+/* concurrent requests through curl's multi interface; returns the bodies */
+static void run_concurrent(int port, const char *key, char **bodies, int n, long *codes, buf *bufs) {
+    CURLM *mh = curl_multi_init();
+    CURL **hs = calloc((size_t)n, sizeof *hs);
+    struct curl_slist **hd = calloc((size_t)n, sizeof *hd);
+    for (int i = 0; i < n; i++) {
+        memset(&bufs[i], 0, sizeof bufs[i]);
+        hs[i] = make(port, "POST", "/v1/completions", bodies[i], key, &bufs[i], &hd[i]);
+        curl_multi_add_handle(mh, hs[i]);
+    }
+    int running = 1;
+    while (running) {
+        curl_multi_perform(mh, &running);
+        if (running) curl_multi_poll(mh, NULL, 0, 50, NULL);
+    }
+    for (int i = 0; i < n; i++) {
+        curl_easy_getinfo(hs[i], CURLINFO_RESPONSE_CODE, &codes[i]);
+        curl_multi_remove_handle(mh, hs[i]);
+        curl_easy_cleanup(hs[i]);
+        curl_slist_free_all(hd[i]);
+        if (!bufs[i].p) bufs[i].p = calloc(1, 1);
+    }
+    free(hs);
+    free(hd);
+    curl_multi_cleanup(mh);
+}
+
+static void test_batched_equals_sequential(void **state) {
+    (void)state;
+    enum { N = 16 };
+    static const char *starts[] = {"Once upon a time", "The little dog", "Tom and Sue", "One day, a bird",
+                                   "Lily had a red ball", "The sun was hot", "A big truck", "Max liked cake"};
+    char *bodies[N];
+    char *alone[N];
+    for (int i = 0; i < N; i++) {
+        bodies[i] = malloc(256);
+        snprintf(bodies[i], 256, "{\"prompt\":\"%s%s\",\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true}",
+                 starts[i % 8], i >= 8 ? " again" : "", 16 + 3 * i);
+        cJSON *j = post_ok("/v1/completions", bodies[i]);
+        alone[i] = strdup(jstr(j, "choices.0.text"));
+        cJSON_Delete(j);
+    }
+    long codes[N];
+    buf bufs[N];
+    run_concurrent(g_srv.port, KEY, bodies, N, codes, bufs);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(codes[i], 200);
+        cJSON *j = cJSON_Parse(bufs[i].p);
+        assert_string_equal(jstr(j, "choices.0.text"), alone[i]);
+        cJSON_Delete(j);
+        free(bufs[i].p);
+        free(bodies[i]);
+        free(alone[i]);
+    }
+}
+
+static long metric(int port, const char *name) {
+    buf b;
+    assert_int_equal(http(port, "GET", "/metrics", NULL, NULL, &b), 200);
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(b.p, key);
+    assert_non_null(p);
+    long v = atol(p + strlen(key));
+    free(b.p);
+    return v;
+}
+
+static void test_disconnect_frees_blocks(void **state) {
+    (void)state;
+    buf b;
+    memset(&b, 0, sizeof b);
+    b.abort_after = 400; /* a few chunks, then hang up */
+    struct curl_slist *hd;
+    CURL *h = make(g_srv.port, "POST", "/v1/completions",
+                   "{\"prompt\":\"Once upon a time\",\"max_tokens\":2000,\"stream\":true,\"ignore_eos\":true}", KEY, &b,
+                   &hd);
+    assert_int_equal(curl_easy_perform(h), CURLE_WRITE_ERROR);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hd);
+    free(b.p);
+    /* within a few seconds the sequence is gone and its blocks are back */
+    long running = -1, used = -1;
+    for (int i = 0; i < 100; i++) {
+        running = metric(g_srv.port, "kvant_num_requests_running");
+        used = metric(g_srv.port, "kvant_kv_blocks_used");
+        if (!running && !used) break;
+        usleep(50000);
+    }
+    assert_int_equal(running, 0);
+    assert_int_equal(used, 0);
+    buf m;
+    http(g_srv.port, "GET", "/metrics", NULL, NULL, &m);
+    const char *p = strstr(m.p, "kvant_requests_total{outcome=\"cancelled\"} ");
+    assert_non_null(p);
+    assert_true(atol(p + strlen("kvant_requests_total{outcome=\"cancelled\"} ")) >= 1);
+    free(m.p);
+}
+
+static void test_queue_full_429(void **state) {
+    (void)state;
+    server_proc s = start_server("--max-seqs 1 --max-queue 1 -q", "server_429.log");
+    g_extra = s.pid;
+    enum { N = 12 };
+    char *bodies[N];
+    for (int i = 0; i < N; i++) bodies[i] = "{\"prompt\":\"Once upon a time\",\"max_tokens\":300,\"ignore_eos\":true}";
+    long codes[N];
+    buf bufs[N];
+    run_concurrent(s.port, NULL, bodies, N, codes, bufs);
+    int n429 = 0, n200 = 0;
+    for (int i = 0; i < N; i++) {
+        if (codes[i] == 429) {
+            n429++;
+            assert_non_null(strstr(bufs[i].p, "\"error\""));
+            assert_int_equal(atoi(bufs[i].retry_after), 1);
+        } else
+            assert_int_equal(codes[i], 200), n200++;
+        free(bufs[i].p);
+    }
+    assert_true(n429 >= 1);
+    assert_true(n200 >= 1); /* the engine admits one, queues one; the rest may all be refused */
+    buf b; /* still serving */
+    assert_int_equal(http(s.port, "POST", "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":2}", NULL, &b), 200);
+    free(b.p);
+    int st = stop_server(&s);
+    g_extra = 0;
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* SIGTERM while a stream runs: the stream still ends with [DONE], exit 0 */
+static void test_sigterm_graceful(void **state) {
+    (void)state;
+    server_proc s = start_server("-q", "server_term.log");
+    g_extra = s.pid;
+    buf b;
+    memset(&b, 0, sizeof b);
+    struct curl_slist *hd;
+    CURL *h = make(s.port, "POST", "/v1/completions",
+                   "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"stream\":true,\"ignore_eos\":true}", NULL, &b,
+                   &hd);
+    CURLM *mh = curl_multi_init();
+    curl_multi_add_handle(mh, h);
+    int running = 1;
+    bool sent = false;
+    while (running) {
+        curl_multi_perform(mh, &running);
+        if (!sent && b.n > 0) {
+            kill(s.pid, SIGTERM);
+            sent = true;
+        }
+        if (running) curl_multi_poll(mh, NULL, 0, 20, NULL);
+    }
+    curl_multi_remove_handle(mh, h);
+    curl_easy_cleanup(h);
+    curl_multi_cleanup(mh);
+    curl_slist_free_all(hd);
+    assert_true(sent);
+    assert_non_null(strstr(b.p, "data: [DONE]"));
+    free(b.p);
+    int st = 0;
+    waitpid(s.pid, &st, 0);
+    g_extra = 0;
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* the port is closed now */
+    assert_int_equal(http(s.port, "GET", "/health", NULL, NULL, &b), 0);
+    free(b.p);
+}
+
+static int setup(void **state) {
+    (void)state;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    g_srv = start_server("--api-key " KEY " --max-body 65536 --max-seqs 32", "server_main.log");
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    if (g_extra) {
+        kill(g_extra, SIGKILL);
+        waitpid(g_extra, NULL, 0);
+    }
+    int st = stop_server(&g_srv);
+    curl_global_cleanup();
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    return 0;
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chat_templates),
+        cmocka_unit_test(test_stop_scan),
+        cmocka_unit_test(test_health_models_metrics),
+        cmocka_unit_test(test_completion_and_stream_agree),
+        cmocka_unit_test(test_chat),
+        cmocka_unit_test(test_n_samples),
+        cmocka_unit_test(test_stop_and_logprobs),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_batched_equals_sequential),
+        cmocka_unit_test(test_disconnect_frees_blocks),
+        cmocka_unit_test(test_queue_full_429),
+        cmocka_unit_test(test_sigterm_graceful),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
