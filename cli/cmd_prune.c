@@ -38,10 +38,60 @@ static void prune_help(void) {
            "                    sparse24-f16 or sparse24-q8 (2:4 compressed types, need\n"
            "                    --pattern 2:4; rows that do not fit the block stay dense)\n"
            "  -t N              threads (default: all CPUs)\n"
-           "  -q                no per-layer report\n");
+           "  -q                no per-layer report\n"
+           "\n"
+           "Iterative pruning with fine-tuning (the training loop of `kvant train`):\n"
+           "  kvant prune IN.gguf OUT.gguf --iterative --sparsity S -f TEXT [--steps K]\n"
+           "              [--finetune-steps N] [training options of kvant train]\n"
+           "  in each of K rounds (default 4) mask the smallest |w| of every output row of\n"
+           "  the layer matrices (cubic schedule up to S), then fine-tune N steps (default\n"
+           "  50) on TEXT with the masks held; see `kvant train --help` for the rest.\n");
+}
+
+/* `--iterative`: IN OUT --sparsity S --steps K --finetune-steps N plus any
+ * `kvant train` option, run by the training loop with its --prune */
+static int prune_iterative(int argc, char **argv) {
+    cli_args a = {argc, 1, argv, "kvant prune --iterative", false};
+    kvant_train_params p = kvant_train_default();
+    p.prune_rounds = 4;
+    p.prune_sparsity = 0.5f;
+    int finetune = 50, npos = 0;
+    const char *pos[2] = {0};
+    for (; a.i < argc && !a.error; a.i++) {
+        if (cli_is(&a, "--iterative", NULL)) continue;
+        else if (cli_is(&a, "-h", "--help")) { prune_help(); return CLI_OK; }
+        else if (cli_is(&a, "--sparsity", NULL)) p.prune_sparsity = cli_float(&a, 0.001f, 0.999f);
+        else if (cli_is(&a, "--steps", NULL)) p.prune_rounds = cli_int(&a, 1, 1000);
+        else if (cli_is(&a, "--finetune-steps", NULL)) finetune = cli_int(&a, 1, 10000000);
+        else if (cli_is(&a, "--method", NULL)) {
+            const char *m = cli_str(&a);
+            if (m && strcmp(m, "magnitude")) {
+                fprintf(stderr, "kvant prune --iterative: only --method magnitude (|w| per row) is iterative\n");
+                return CLI_USAGE;
+            }
+        } else if (cli_train_flag(&a, &p)) continue;
+        else if (argv[a.i][0] == '-' && argv[a.i][1]) cli_unknown(&a);
+        else if (npos < 2) pos[npos++] = argv[a.i];
+        else { fprintf(stderr, "kvant prune: too many arguments (see --help)\n"); return CLI_USAGE; }
+    }
+    if (a.error) return CLI_USAGE;
+    if (npos != 2) {
+        fprintf(stderr, "kvant prune --iterative: expected IN OUT (see --help)\n");
+        return CLI_USAGE;
+    }
+    if (access(pos[0], R_OK) != 0) {
+        fprintf(stderr, "kvant prune: cannot open %s\n", pos[0]);
+        return CLI_USAGE;
+    }
+    p.model = pos[0];
+    p.out_path = pos[1];
+    p.steps = p.prune_rounds * finetune;
+    return cli_train_run("kvant prune --iterative", &p);
 }
 
 int cmd_prune(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--iterative")) return prune_iterative(argc, argv);
     cli_args a = {argc, 1, argv, "kvant prune", false};
     const char *pos[2] = {0};
     int npos = 0;

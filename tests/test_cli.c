@@ -194,6 +194,30 @@ static void test_run_modes(void **state) {
     free(err);
 }
 
+/* `kvant prune --iterative` runs the training loop's masked fine-tuning and
+ * reaches the asked sparsity of the layer matrices (reported on stderr). */
+static void test_prune_iterative(void **state) {
+    (void)state;
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "%s prune %s/models/stories260K.gguf %s/iter.gguf --iterative --sparsity 0.7 --steps 2 "
+             "--finetune-steps 1 -f %s/corpora/tinystories_val_subset.txt --batch 1 --ctx 32 --eval-every 0 2>&1",
+             KVANT_BIN, KVANT_SHARED_DIR, KVANT_TEST_TMP, KVANT_SHARED_DIR);
+    int rc = -1;
+    char *out = run_capture(cmd, &rc);
+    assert_non_null(out);
+    assert_int_equal(rc, 0);
+    const char *s = strstr(out, "sparsity of the layer matrices: ");
+    assert_non_null(s);
+    double sp = atof(s + strlen("sparsity of the layer matrices: "));
+    assert_true(sp >= 69.9 && sp <= 71.0);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s prune x y --iterative --no-such-flag 2>/dev/null", KVANT_BIN);
+    out = run_capture(cmd, &rc);
+    assert_int_equal(rc, 2);
+    free(out);
+}
+
 int main(void) {
     mkdir(KVANT_TEST_TMP, 0755);
     const struct CMUnitTest tests[] = {
@@ -203,6 +227,7 @@ int main(void) {
         cmocka_unit_test(test_malformed_llama2c),
         cmocka_unit_test(test_info_stories260k),
         cmocka_unit_test(test_run_modes),
+        cmocka_unit_test(test_prune_iterative),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
