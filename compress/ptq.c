@@ -12,6 +12,9 @@
 /* clipping search: r = 1, 1 - PTQ_CLIP_STEP, ... down to PTQ_CLIP_MIN */
 #define PTQ_CLIP_STEPS 36
 #define PTQ_CLIP_STEP 0.02f
+/* zero-point: a grid of (min ratio, max ratio), 1 .. 0.4 */
+#define PTQ_CLIP_STEPS_2D 16
+#define PTQ_CLIP_STEP_2D 0.04f
 
 bool ptq_spec_valid(const ptq_spec *s) {
     return s && (s->scheme == PTQ_ABSMAX || s->scheme == PTQ_ZEROPOINT) && s->bits >= 2 && s->bits <= 8 &&
@@ -94,19 +97,60 @@ double ptq_error(const ptq_spec *s, ptq_qp qp, const float *x, int64_t n, const 
     return error_(s, qp, x, n, imp, n);
 }
 
+/* Least-squares refits of the scale with the zero point fixed: codes for
+ * qp, then d = sum w x (u - z) / sum w (u - z)^2 (F16-rounded), twice;
+ * returns the best of qp and its refits, *e its error. */
+static ptq_qp refine_(const ptq_spec *s, ptq_qp qp, const float *x, int64_t n, const float *imp, int64_t period,
+                      double *e) {
+    ptq_qp best = qp;
+    double best_e = error_(s, qp, x, n, imp, period);
+    const int umax = (1 << s->bits) - 1;
+    for (int it = 0; it < 2; it++) {
+        const float id = qp.scale != 0.0f ? 1.0f / qp.scale : 0.0f;
+        double num = 0.0, den = 0.0;
+        int64_t k = 0;
+        for (int64_t j = 0; j < n; j++) {
+            int q = (int)lrintf(x[j] * id) + qp.zero;
+            q = q < 0 ? 0 : q > umax ? umax : q;
+            const double w = imp ? imp[k] : 1.0, v = q - qp.zero;
+            num += w * x[j] * v;
+            den += w * v * v;
+            if (++k == period) k = 0;
+        }
+        if (den <= 0.0 || num <= 0.0) break;
+        qp.scale = f16_round((float)(num / den));
+        const double err = error_(s, qp, x, n, imp, period);
+        if (err < best_e) { best_e = err; best = qp; }
+        else break;
+    }
+    *e = best_e;
+    return best;
+}
+
+/* Plain range, or (PTQ_CLIP_MSE) the best clipped range: absmax shrinks
+ * max|x| by r, zero-point shrinks min and max by independent ratios; every
+ * candidate is refined by refine_. */
 static ptq_qp choose_(const ptq_spec *s, const float *x, int64_t n, const float *imp, int64_t period) {
     float lo = 0.0f, hi = 0.0f;
     for (int64_t j = 0; j < n; j++) { lo = fminf(lo, x[j]); hi = fmaxf(hi, x[j]); }
     ptq_qp best = qp_from_range(s, lo, hi);
     if (s->clip != PTQ_CLIP_MSE || best.scale == 0.0f) return best;
-    double best_e = error_(s, best, x, n, imp, period);
-    for (int i = 1; i < PTQ_CLIP_STEPS; i++) {
-        const float r = 1.0f - PTQ_CLIP_STEP * (float)i;
-        const ptq_qp qp = qp_from_range(s, lo * r, hi * r);
-        if (qp.scale == 0.0f) continue;
-        const double e = error_(s, qp, x, n, imp, period);
-        if (e < best_e) { best_e = e; best = qp; }
-    }
+    double best_e;
+    best = refine_(s, best, x, n, imp, period, &best_e);
+    const int n2 = s->scheme == PTQ_ZEROPOINT ? PTQ_CLIP_STEPS_2D : 1;
+    const float step2 = s->scheme == PTQ_ZEROPOINT ? PTQ_CLIP_STEP_2D : 0.0f;
+    const int n1 = s->scheme == PTQ_ZEROPOINT ? PTQ_CLIP_STEPS_2D : PTQ_CLIP_STEPS;
+    const float step1 = s->scheme == PTQ_ZEROPOINT ? PTQ_CLIP_STEP_2D : PTQ_CLIP_STEP;
+    for (int i = 0; i < n1; i++)
+        for (int k = 0; k < n2; k++) {
+            if (i == 0 && k == 0) continue;
+            const float r1 = 1.0f - step1 * (float)i, r2 = s->scheme == PTQ_ZEROPOINT ? 1.0f - step2 * (float)k : r1;
+            const ptq_qp qp = qp_from_range(s, lo * r1, hi * r2);
+            if (qp.scale == 0.0f) continue;
+            double e;
+            const ptq_qp q2 = refine_(s, qp, x, n, imp, period, &e);
+            if (e < best_e) { best_e = e; best = q2; }
+        }
     return best;
 }
 

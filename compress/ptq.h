@@ -102,6 +102,8 @@ typedef struct {
     ptq_spec spec;
     ptq_fallback fallback;
     const char *keep;         /* NULL, or comma-separated substrings of tensor names kept F16 */
+    const char *tensor_bits;  /* NULL, or "SUBSTR=B,...": tensors whose name contains SUBSTR get
+                                 B bits instead of spec.bits (the first match wins) */
     const char *calib_path;   /* NULL, or a text whose activations weight the clipping error */
     int calib_tokens;         /* tokens of it to run (0: 4096) */
     int n_threads;            /* 0: all CPUs */

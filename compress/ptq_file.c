@@ -38,6 +38,23 @@ static bool in_list(const char *list, const char *name) {
     return false;
 }
 
+/* bits for `name` from a "SUBSTR=B,..." list, or dflt */
+static int bits_for(const char *list, const char *name, int dflt) {
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ','), *eq = strchr(p, '=');
+        const size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (eq && (!e || eq < e) && eq > p && (size_t)(eq - p) < 128) {
+            char pat[128];
+            memcpy(pat, p, (size_t)(eq - p));
+            pat[eq - p] = 0;
+            const int b = atoi(eq + 1);
+            if (strstr(name, pat) && b >= 2 && b <= 8) return b;
+        }
+        p += n + (e ? 1 : 0);
+    }
+    return dflt;
+}
+
 static void append(char *buf, size_t cap, const char *name, const char *type) {
     size_t len = strlen(buf);
     if (len + strlen(name) + strlen(type) + 3 >= cap) return;
@@ -58,8 +75,9 @@ kvant_code ptq_add_tensor(gguf_writer *w, const ptq_params *p, const char *name,
             snprintf(note, sizeof note, "kept F16 (--keep)");
             if (r) { r->n_kept++; append(r->kept_names, sizeof r->kept_names, name, "F16"); }
         } else {
-            ptq_spec used;
-            type = ptq_storage_type(&p->spec, cols, &used, note, sizeof note);
+            ptq_spec used, want = p->spec;
+            want.bits = bits_for(p->tensor_bits, name, want.bits);
+            type = ptq_storage_type(&want, cols, &used, note, sizeof note);
             if (type < 0) return core_fail(st, KVANT_ERR_ARG, "no storage type for this scheme (group sizes: 32, 64, 128)");
             if (note[0] && used.gran == PTQ_CHANNEL && p->fallback != PTQ_FALLBACK_CHANNEL) {
                 type = p->fallback == PTQ_FALLBACK_F16 ? KT_F16 : KT_F32;
@@ -80,6 +98,7 @@ kvant_code ptq_add_tensor(gguf_writer *w, const ptq_params *p, const char *name,
     kvant_code rc = KVANT_OK;
     if (buf) {
         ptq_spec ps = p->spec;
+        ps.bits = bits_for(p->tensor_bits, name, ps.bits);
         rc = ptq_quantize_tensor(&ps, type, f32, rows, cols, imp, buf, st);
     }
     if (!rc) rc = gguf_writer_add_tensor(w, name, type, n_dims, ne, buf ? buf : f32, st);
@@ -111,6 +130,7 @@ void ptq_add_metadata(gguf_writer *w, const ptq_params *p, const ptq_report *r) 
     if (s->gran == PTQ_GROUP) gguf_writer_add_u32(w, "kvant.ptq.group_size", (uint32_t)s->group);
     gguf_writer_add_str(w, "kvant.ptq.clip", s->clip == PTQ_CLIP_MSE ? "mse" : "none");
     if (p->calib_path) gguf_writer_add_str(w, "kvant.ptq.calibration", p->calib_path);
+    if (p->tensor_bits) gguf_writer_add_str(w, "kvant.ptq.tensor_bits", p->tensor_bits);
     gguf_writer_add_str(w, "kvant.ptq.fallback",
                         p->fallback == PTQ_FALLBACK_CHANNEL ? "channel" : p->fallback == PTQ_FALLBACK_F16 ? "f16" : "f32");
     if (r) {

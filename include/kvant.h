@@ -380,6 +380,7 @@ typedef struct {
     int calib_tokens;       /* tokens of it (0: 4096) */
     const char *fallback;   /* rows fitting no group: NULL/"channel", "f16" or "f32" */
     const char *keep;       /* NULL, or comma-separated name substrings kept F16 */
+    const char *tensor_bits;/* NULL, or "SUBSTR=B,...": other bit widths for some tensors */
     int n_threads;          /* 0: all CPUs */
     bool quiet;             /* no per-tensor lines on stderr */
 } kvant_ptq_params;
