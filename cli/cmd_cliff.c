@@ -25,7 +25,7 @@ static void cliff_help(void) {
            "                   [--bits 8,6,5,4,3,2] [--schemes absmax,zeropoint]\n"
            "                   [--grans tensor,channel,group:32,group:64,group:128]\n"
            "                   [--clip mse|none] [--calib TEXT|none] [--fallback channel|f16|f32]\n"
-           "                   [--no-llama] [-t N]\n"
+           "                   [--no-gptq] [--tensor-bits L] [--no-llama] [-t N]\n"
            "\n"
            "The precision cliff: quantizes MODEL (a GGUF, F32 or F16) with every PTQ\n"
            "scheme x granularity x bit width (kvant quantize --scheme ...), and with\n"
@@ -41,6 +41,8 @@ static void cliff_help(void) {
            "  --calib T       calibration text for the clipping (default: the last 64 KiB of\n"
            "                  TEXT, written to DIR/calib.txt, disjoint from the chunks scored\n"
            "                  unless TEXT is short); none: unweighted\n"
+           "  --no-gptq       no GPTQ error compensation (default: GPTQ when calibrated)\n"
+           "  --tensor-bits L other widths for some tensors (kvant quantize --tensor-bits)\n"
            "  --json          print the table as one JSON object\n"
            "  --no-llama      skip llama.cpp's types\n"
            "Progress on stderr; the table on stdout.\n");
@@ -144,13 +146,30 @@ static void write_plot(const char *dir, const cliff_row *rows, int n, const char
     else fprintf(stderr, "plot: %s/cliff.png\n", dir);
 }
 
+static void print_json(FILE *f, const cliff_row *rows, int n, const char *model, const char *text_path, int n_ctx,
+                       const kvant_ppl_result *base, const char *clip, const char *calib, bool gptq) {
+    const kvant_ppl_result base_res = *base;
+    fprintf(f, "{\"model\": \"%s\", \"text\": \"%s\", \"n_ctx\": %d, \"chunks\": %d, \"base_ppl\": %.6f, \"clip\": \"%s\", "
+           "\"calib\": \"%s\", \"gptq\": %s, \"rows\": [", model, text_path, n_ctx, base_res.n_chunks, base_res.ppl, clip,
+           calib ? calib : "none", gptq && calib ? "true" : "false");
+    for (int i = 0; i < n; i++) {
+        const cliff_row *r = &rows[i];
+        fprintf(f, "%s\n  {\"name\": \"%s\", \"family\": \"%s\", \"bits\": %d, \"bpw\": %.4f, \"file_mib\": %.4f, \"ok\": %s, "
+               "\"ppl\": %.6f, \"ppl_err\": %.6f, \"kl_mean\": %.6f, \"kl_p99\": %.6f, \"same_top\": %.6f}",
+               i ? "," : "", r->name, r->family, r->bits, r->bpw, r->file_mib, r->ok ? "true" : "false", r->ppl,
+               r->ppl_err, r->kl_mean, r->kl_p99, r->same_top);
+    }
+    fprintf(f, "\n]}\n");
+}
+
 int cmd_cliff(int argc, char **argv) {
     cli_args a = {argc, 1, argv, "kvant cliff", false};
     const char *model = NULL, *text_path = NULL, *dir = "cliff-out", *clip = "mse", *calib = NULL, *fallback = NULL;
     char bits_s[64] = "8,6,5,4,3,2", schemes_s[64] = "absmax,zeropoint",
          grans_s[128] = "tensor,channel,group:32,group:64,group:128";
     int n_ctx = 512, n_chunks = 0, n_threads = 0;
-    bool json = false, llama = true;
+    bool json = false, llama = true, gptq = true;
+    const char *tensor_bits = NULL;
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) { cliff_help(); return CLI_OK; }
         else if (cli_is(&a, "-m", "--model")) model = cli_str(&a);
@@ -166,6 +185,8 @@ int cmd_cliff(int argc, char **argv) {
         else if (cli_is(&a, "--grans", NULL)) { const char *v = cli_str(&a); if (v) snprintf(grans_s, sizeof grans_s, "%s", v); }
         else if (cli_is(&a, "--json", NULL)) json = true;
         else if (cli_is(&a, "--no-llama", NULL)) llama = false;
+        else if (cli_is(&a, "--no-gptq", NULL)) gptq = false;
+        else if (cli_is(&a, "--tensor-bits", NULL)) tensor_bits = cli_str(&a);
         else if (cli_is(&a, "-t", "--threads")) n_threads = cli_int(&a, 1, 1024);
         else cli_unknown(&a);
     }
@@ -232,26 +253,25 @@ int cmd_cliff(int argc, char **argv) {
                 char out[1024];
                 snprintf(out, sizeof out, "%s/ptq-%s.gguf", dir, r->name);
                 kvant_ptq_params qp = {.scheme = schemes_l[si], .granularity = g, .bits = r->bits, .clip = clip,
-                                       .calib_path = calib, .fallback = fallback, .n_threads = n_threads, .quiet = true};
+                                       .calib_path = calib, .gptq = gptq && calib, .fallback = fallback,
+                                       .tensor_bits = tensor_bits, .n_threads = n_threads, .quiet = true};
                 if (kvant_ptq_quantize(model, out, &qp, NULL, &st)) { fprintf(stderr, "kvant cliff: %s: %s\n", r->name, st.msg); continue; }
                 measure(out, base, text, len, &pp, n_threads, r);
                 fprintf(stderr, "[%3d/%3d] %-16s %6.3f bpw  PPL %.4f  KL %.5f\n", n, cap - 8 + (llama ? 6 : 0), r->name, r->bpw, r->ppl, r->kl_mean);
             }
 
+    {
+        char jp[1024];
+        snprintf(jp, sizeof jp, "%s/cliff.json", dir);
+        FILE *jf = fopen(jp, "w");
+        if (jf) { print_json(jf, rows, n, model, text_path, n_ctx, &base_res, clip, calib, gptq); fclose(jf); }
+    }
     if (json) {
-        printf("{\"model\": \"%s\", \"text\": \"%s\", \"n_ctx\": %d, \"chunks\": %d, \"base_ppl\": %.6f, \"clip\": \"%s\", "
-               "\"calib\": \"%s\", \"rows\": [", model, text_path, n_ctx, base_res.n_chunks, base_res.ppl, clip, calib ? calib : "none");
-        for (int i = 0; i < n; i++) {
-            const cliff_row *r = &rows[i];
-            printf("%s\n  {\"name\": \"%s\", \"family\": \"%s\", \"bits\": %d, \"bpw\": %.4f, \"file_mib\": %.4f, \"ok\": %s, "
-                   "\"ppl\": %.6f, \"ppl_err\": %.6f, \"kl_mean\": %.6f, \"kl_p99\": %.6f, \"same_top\": %.6f}",
-                   i ? "," : "", r->name, r->family, r->bits, r->bpw, r->file_mib, r->ok ? "true" : "false", r->ppl,
-                   r->ppl_err, r->kl_mean, r->kl_p99, r->same_top);
-        }
-        printf("\n]}\n");
+        print_json(stdout, rows, n, model, text_path, n_ctx, &base_res, clip, calib, gptq);
     } else {
-        printf("precision cliff: %s on %s, c=%d, %d chunks; base PPL %.4f; PTQ clip %s, calibration %s\n", model,
-               text_path, n_ctx, base_res.n_chunks, base_res.ppl, clip, calib ? calib : "none");
+        printf("precision cliff: %s on %s, c=%d, %d chunks; base PPL %.4f; PTQ clip %s, calibration %s, GPTQ %s\n",
+               model, text_path, n_ctx, base_res.n_chunks, base_res.ppl, clip, calib ? calib : "none",
+               gptq && calib ? "on" : "off");
         printf("| %-16s | %6s | %8s | %9s | %8s | %8s | %8s | %8s |\n", "type", "bits", "bpw", "file MiB", "PPL",
                "KL mean", "KL p99", "same top");
         printf("|------------------|--------|----------|-----------|----------|----------|----------|----------|\n");
