@@ -40,7 +40,7 @@ static inline void dot_group(int scheme, int bits, int G, int64_t n, float *s, c
     for (int64_t i0 = 0; i0 < n; i0 += G, x += bb) {
         uint16_t h;
         memcpy(&h, x, 2);
-        const float d = kern_fp16_to_fp32(h);
+        const float d = _cvtsh_ss(h);
         const int zc = scheme == KERN_PTQ_ZEROPOINT ? c - x[2] : 0;
         const uint8_t *p = x + hdr;
         for (int k = 0; k < G / 32; k++, a++, p += 32 * bits / 8) {
@@ -52,7 +52,7 @@ static inline void dot_group(int scheme, int bits, int G, int64_t n, float *s, c
                 const __m256i sa = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
                 sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(sa, _mm256_set1_epi32(zc)));
             }
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * kern_fp16_to_fp32(a->d)), acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * _cvtsh_ss(a->d)), acc);
         }
     }
     *s = hsum_ps(acc);
@@ -63,7 +63,7 @@ static inline void dot_row(int scheme, int bits, int64_t n, float *s, const void
     const float *a = vy;
     uint16_t h;
     memcpy(&h, x, 2);
-    const float d = kern_fp16_to_fp32(h);
+    const float d = _cvtsh_ss(h);
     const int z = scheme == KERN_PTQ_ZEROPOINT ? x[2] : 1 << (bits - 1), c = 1 << (bits - 1);
     const uint8_t *p = x + KERN_PTQ_HDR(scheme);
     /* (u - z) = (u - c) + (c - z): w from load_w, then the constant */
