@@ -136,7 +136,7 @@ static void write_plot(const char *dir, const cliff_row *rows, int n, const char
         fprintf(f, "%s'%s/cliff.dat' index %d using 1:2 with %s title '%s'", k ? ", \\\n     " : "", dir, k,
                 llama ? "points pt 7 ps 1.8 lc rgb 'black'" : "linespoints pt 5", fams[k]);
         if (llama)
-            fprintf(f, ", \\\n     '%s/cliff.dat' index %d using 1:2:3 with labels offset 1.5,0.6 notitle", dir, k);
+            fprintf(f, ", \\\n     '%s/cliff.dat' index %d using 1:2:3 with labels offset 1.5,0.6 noenhanced notitle", dir, k);
     }
     fprintf(f, "\n");
     fclose(f);
