@@ -16,8 +16,11 @@ static kvant_code to_params(const kvant_ptq_params *p, ptq_params *q, kvant_stat
     else if (!strcasecmp(p->fallback, "f32")) q->fallback = PTQ_FALLBACK_F32;
     else return core_fail(st, KVANT_ERR_ARG, "unknown fallback '%s' (channel, f16 or f32)", p->fallback);
     q->keep = p->keep;
+    q->tensor_bits = p->tensor_bits;
     q->calib_path = p->calib_path;
     q->calib_tokens = p->calib_tokens;
+    q->gptq = p->gptq;
+    if (q->gptq && !q->calib_path) return core_fail(st, KVANT_ERR_ARG, "--gptq needs --calib TEXT");
     q->n_threads = p->n_threads;
     q->quiet = p->quiet;
     return KVANT_OK;

@@ -17,8 +17,8 @@ bool cli_ptq_wanted(int argc, char **argv) {
 void cli_ptq_help(void) {
     printf("   or: kvant quantize IN.gguf OUT.gguf --scheme absmax|zeropoint --bits 2..8\n"
            "                      [--granularity tensor|channel|group:G] [--clip mse|none]\n"
-           "                      [--calib TEXT [--calib-tokens N]] [--fallback channel|f16|f32]\n"
-           "                      [--keep NAMES] [-t N] [-q]\n"
+           "                      [--calib TEXT [--calib-tokens N] [--gptq]] [--fallback channel|f16|f32]\n"
+           "                      [--keep NAMES] [--tensor-bits L] [-t N] [-q]\n"
            "\n"
            "PTQ to kvant's own tensor types (GGUF types 1024..1093, kvant.ptq.* metadata;\n"
            "llama.cpp cannot load them).  Every 2-D weight matrix is quantized, norms stay F32.\n"
@@ -30,10 +30,14 @@ void cli_ptq_help(void) {
            "  --clip mse       per group, the clip ratio (1 .. 0.3) minimizing the squared error\n"
            "                   of the weights, weighted by E[a^2] of each input column when\n"
            "                   --calib is given (default none)\n"
-           "  --calib TEXT     calibration text run through the model (first 4096 tokens)\n"
+           "  --calib TEXT     calibration text run through the model (first 16384 tokens)\n"
+           "  --gptq           with --calib: GPTQ (each column's rounding error is moved onto\n"
+           "                   the later columns through the inverse input Hessian)\n"
            "  --fallback F     rows that fit no group of 32/64/128 (stories260K's ffn_down has\n"
            "                   172 columns): channel (default, same bits), f16 or f32\n"
            "  --keep NAMES     comma-separated name substrings kept F16 (e.g. token_embd,output)\n"
+           "  --tensor-bits L  other bit widths for some tensors, L = SUBSTR=B,... (e.g.\n"
+           "                   ffn_down=6,output=8); the first matching SUBSTR wins\n"
            "Fallbacks are printed per tensor and in the summary.\n");
 }
 
@@ -50,7 +54,9 @@ int cmd_ptq_quantize(int argc, char **argv) {
         else if (cli_is(&a, "--calib", NULL)) p.calib_path = cli_str(&a);
         else if (cli_is(&a, "--calib-tokens", NULL)) p.calib_tokens = cli_int(&a, 1, 1 << 24);
         else if (cli_is(&a, "--fallback", NULL)) p.fallback = cli_str(&a);
+        else if (cli_is(&a, "--gptq", NULL)) p.gptq = true;
         else if (cli_is(&a, "--keep", NULL)) p.keep = cli_str(&a);
+        else if (cli_is(&a, "--tensor-bits", NULL)) p.tensor_bits = cli_str(&a);
         else if (cli_is(&a, "-t", "--threads")) p.n_threads = cli_int(&a, 1, 1024);
         else if (cli_is(&a, "-q", "--quiet")) p.quiet = true;
         else if (argv[a.i][0] == '-' && argv[a.i][1]) cli_unknown(&a);

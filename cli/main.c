@@ -28,6 +28,7 @@ static void usage(FILE *f) {
             "  distill  train a student on a teacher's logits (knowledge distillation)\n"
             "  qat    quantization-aware training (fake quantization, STE)\n"
             "  prune  prune a GGUF model (magnitude, Wanda, SparseGPT, structured; 2:4 formats)\n"
+            "  cliff  perplexity and KL of every PTQ scheme x granularity x bits (+ llama.cpp types), plot\n"
             "\n"
             "`kvant COMMAND --help` describes each command's options.\n",
             kvant_version());
@@ -64,6 +65,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "distill")) return cmd_distill(argc - 1, argv + 1);
     if (!strcmp(cmd, "qat")) return cmd_qat(argc - 1, argv + 1);
     if (!strcmp(cmd, "prune")) return cmd_prune(argc - 1, argv + 1);
+    if (!strcmp(cmd, "cliff")) return cmd_cliff(argc - 1, argv + 1);
     fprintf(stderr, "kvant: unknown command '%s' (see kvant --help)\n", cmd);
     return CLI_USAGE;
 }

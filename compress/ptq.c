@@ -12,6 +12,9 @@
 /* clipping search: r = 1, 1 - PTQ_CLIP_STEP, ... down to PTQ_CLIP_MIN */
 #define PTQ_CLIP_STEPS 36
 #define PTQ_CLIP_STEP 0.02f
+/* zero-point: a grid of (min ratio, max ratio), 1 .. 0.4 */
+#define PTQ_CLIP_STEPS_2D 16
+#define PTQ_CLIP_STEP_2D 0.04f
 
 bool ptq_spec_valid(const ptq_spec *s) {
     return s && (s->scheme == PTQ_ABSMAX || s->scheme == PTQ_ZEROPOINT) && s->bits >= 2 && s->bits <= 8 &&
@@ -94,19 +97,60 @@ double ptq_error(const ptq_spec *s, ptq_qp qp, const float *x, int64_t n, const 
     return error_(s, qp, x, n, imp, n);
 }
 
+/* Least-squares refits of the scale with the zero point fixed: codes for
+ * qp, then d = sum w x (u - z) / sum w (u - z)^2 (F16-rounded), twice;
+ * returns the best of qp and its refits, *e its error. */
+static ptq_qp refine_(const ptq_spec *s, ptq_qp qp, const float *x, int64_t n, const float *imp, int64_t period,
+                      double *e) {
+    ptq_qp best = qp;
+    double best_e = error_(s, qp, x, n, imp, period);
+    const int umax = (1 << s->bits) - 1;
+    for (int it = 0; it < 2; it++) {
+        const float id = qp.scale != 0.0f ? 1.0f / qp.scale : 0.0f;
+        double num = 0.0, den = 0.0;
+        int64_t k = 0;
+        for (int64_t j = 0; j < n; j++) {
+            int q = (int)lrintf(x[j] * id) + qp.zero;
+            q = q < 0 ? 0 : q > umax ? umax : q;
+            const double w = imp ? imp[k] : 1.0, v = q - qp.zero;
+            num += w * x[j] * v;
+            den += w * v * v;
+            if (++k == period) k = 0;
+        }
+        if (den <= 0.0 || num <= 0.0) break;
+        qp.scale = f16_round((float)(num / den));
+        const double err = error_(s, qp, x, n, imp, period);
+        if (err < best_e) { best_e = err; best = qp; }
+        else break;
+    }
+    *e = best_e;
+    return best;
+}
+
+/* Plain range, or (PTQ_CLIP_MSE) the best clipped range: absmax shrinks
+ * max|x| by r, zero-point shrinks min and max by independent ratios; every
+ * candidate is refined by refine_. */
 static ptq_qp choose_(const ptq_spec *s, const float *x, int64_t n, const float *imp, int64_t period) {
     float lo = 0.0f, hi = 0.0f;
     for (int64_t j = 0; j < n; j++) { lo = fminf(lo, x[j]); hi = fmaxf(hi, x[j]); }
     ptq_qp best = qp_from_range(s, lo, hi);
     if (s->clip != PTQ_CLIP_MSE || best.scale == 0.0f) return best;
-    double best_e = error_(s, best, x, n, imp, period);
-    for (int i = 1; i < PTQ_CLIP_STEPS; i++) {
-        const float r = 1.0f - PTQ_CLIP_STEP * (float)i;
-        const ptq_qp qp = qp_from_range(s, lo * r, hi * r);
-        if (qp.scale == 0.0f) continue;
-        const double e = error_(s, qp, x, n, imp, period);
-        if (e < best_e) { best_e = e; best = qp; }
-    }
+    double best_e;
+    best = refine_(s, best, x, n, imp, period, &best_e);
+    const int n2 = s->scheme == PTQ_ZEROPOINT ? PTQ_CLIP_STEPS_2D : 1;
+    const float step2 = s->scheme == PTQ_ZEROPOINT ? PTQ_CLIP_STEP_2D : 0.0f;
+    const int n1 = s->scheme == PTQ_ZEROPOINT ? PTQ_CLIP_STEPS_2D : PTQ_CLIP_STEPS;
+    const float step1 = s->scheme == PTQ_ZEROPOINT ? PTQ_CLIP_STEP_2D : PTQ_CLIP_STEP;
+    for (int i = 0; i < n1; i++)
+        for (int k = 0; k < n2; k++) {
+            if (i == 0 && k == 0) continue;
+            const float r1 = 1.0f - step1 * (float)i, r2 = s->scheme == PTQ_ZEROPOINT ? 1.0f - step2 * (float)k : r1;
+            const ptq_qp qp = qp_from_range(s, lo * r1, hi * r2);
+            if (qp.scale == 0.0f) continue;
+            double e;
+            const ptq_qp q2 = refine_(s, qp, x, n, imp, period, &e);
+            if (e < best_e) { best_e = e; best = q2; }
+        }
     return best;
 }
 
@@ -208,6 +252,27 @@ int ptq_storage_type(const ptq_spec *s, int64_t cols, ptq_spec *used, char *note
     return KERN_PTQ_TYPE((int)s->scheme, s->bits, g);
 }
 
+/* writes rows of codes u with their parameters qp in type ts's layout */
+static void write_rows(const ptq_spec *ts_, const uint8_t *u, const ptq_qp *qp, int64_t rows, int64_t cols, void *out) {
+    const ptq_spec ts = *ts_;
+    const int type = KERN_PTQ_TYPE((int)ts.scheme, ts.bits,
+                                   ts.gran == PTQ_TENSOR ? KERN_PTQ_TENSOR : ts.gran == PTQ_CHANNEL ? KERN_PTQ_CHANNEL : gran_index(ts.group));
+    const size_t rb = kern_row_bytes(type, cols);
+    const int64_t ng = ptq_groups_per_row(&ts, cols);
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *o = (uint8_t *)out + (size_t)r * rb;
+        if (ts.gran != PTQ_GROUP) {
+            const ptq_qp q = qp[ts.gran == PTQ_TENSOR ? 0 : r];
+            kern_ptq_write(o, ts.scheme, ts.bits, q.scale, q.zero, u + r * cols, cols);
+            continue;
+        }
+        for (int64_t g = 0; g < ng; g++) {
+            const ptq_qp q = qp[r * ng + g];
+            o += kern_ptq_write(o, ts.scheme, ts.bits, q.scale, q.zero, u + r * cols + g * ts.group, ts.group);
+        }
+    }
+}
+
 kvant_code ptq_quantize_tensor(const ptq_spec *s, int type, const float *x, int64_t rows, int64_t cols,
                                const float *imp, void *out, kvant_status *st) {
     const kern_type_traits *tt = kern_type_get(type);
@@ -221,7 +286,7 @@ kvant_code ptq_quantize_tensor(const ptq_spec *s, int type, const float *x, int6
         return KVANT_OK;
     }
     ts.clip = s ? s->clip : PTQ_CLIP_NONE;
-    const int64_t nqp = ptq_n_qp(&ts, rows, cols), ng = ptq_groups_per_row(&ts, cols);
+    const int64_t nqp = ptq_n_qp(&ts, rows, cols);
     ptq_qp *qp = malloc((size_t)nqp * sizeof *qp);
     uint8_t *u = malloc((size_t)(rows * cols));
     if (!qp || !u) {
@@ -230,19 +295,101 @@ kvant_code ptq_quantize_tensor(const ptq_spec *s, int type, const float *x, int6
         return core_fail(st, KVANT_ERR_NOMEM, "out of memory quantizing %lld x %lld", (long long)rows, (long long)cols);
     }
     ptq_quantize_matrix(&ts, x, rows, cols, imp, u, qp);
-    for (int64_t r = 0; r < rows; r++) {
-        uint8_t *o = (uint8_t *)out + (size_t)r * rb;
-        if (ts.gran != PTQ_GROUP) {
-            const ptq_qp q = qp[ts.gran == PTQ_TENSOR ? 0 : r];
-            kern_ptq_write(o, ts.scheme, ts.bits, q.scale, q.zero, u + r * cols, cols);
-            continue;
-        }
-        for (int64_t g = 0; g < ng; g++) {
-            const ptq_qp q = qp[r * ng + g];
-            o += kern_ptq_write(o, ts.scheme, ts.bits, q.scale, q.zero, u + r * cols + g * ts.group, ts.group);
-        }
-    }
+    write_rows(&ts, u, qp, rows, cols, out);
     free(qp);
     free(u);
     return KVANT_OK;
+}
+
+/* ---- GPTQ ----------------------------------------------------------------------------
+ * Frantar et al. 2022: columns are quantized left to right; each column's
+ * rounding error, scaled by the inverse Hessian's Cholesky factor, is moved
+ * onto the columns not yet quantized.  Group parameters are chosen when the
+ * group's first column is reached (from the updated weights). */
+
+/* in place: a (n x n, row-major, symmetric positive definite) -> its lower
+ * Cholesky factor L (upper part left as is); false if not positive definite */
+static bool cholesky(double *a, int64_t n) {
+    for (int64_t j = 0; j < n; j++) {
+        double d = a[j * n + j];
+        for (int64_t k = 0; k < j; k++) d -= a[j * n + k] * a[j * n + k];
+        if (!(d > 0.0)) return false;
+        d = sqrt(d);
+        a[j * n + j] = d;
+        for (int64_t i = j + 1; i < n; i++) {
+            double v = a[i * n + j];
+            for (int64_t k = 0; k < j; k++) v -= a[i * n + k] * a[j * n + k];
+            a[i * n + j] = v / d;
+        }
+    }
+    return true;
+}
+
+kvant_code ptq_gptq_tensor(const ptq_spec *s, int type, const float *x, int64_t rows, int64_t cols, const double *H,
+                           void *out, kvant_status *st) {
+    ptq_spec ts;
+    if (!H || !ptq_type_spec(type, &ts)) return ptq_quantize_tensor(s, type, x, rows, cols, NULL, out, st);
+    ts.clip = s ? s->clip : PTQ_CLIP_NONE;
+    const int64_t n = cols, nqp = ptq_n_qp(&ts, rows, cols), ng = ptq_groups_per_row(&ts, cols);
+    const int64_t G = ts.gran == PTQ_GROUP ? ts.group : cols;
+    double *h = malloc((size_t)(n * n) * sizeof *h), *linv = calloc((size_t)(n * n), sizeof *linv);
+    float *w = malloc((size_t)(rows * cols) * sizeof *w), *imp = malloc((size_t)n * sizeof *imp);
+    ptq_qp *qp = malloc((size_t)nqp * sizeof *qp);
+    uint8_t *u = malloc((size_t)(rows * cols));
+    kvant_code rc = KVANT_OK;
+    if (!h || !linv || !w || !imp || !qp || !u) { rc = core_fail(st, KVANT_ERR_NOMEM, "GPTQ: out of memory"); goto done; }
+    memcpy(h, H, (size_t)(n * n) * sizeof *h);
+    memcpy(w, x, (size_t)(rows * cols) * sizeof *w);
+    double mean = 0.0;
+    for (int64_t j = 0; j < n; j++) mean += h[j * n + j];
+    mean /= (double)n;
+    for (int64_t j = 0; j < n; j++) {
+        if (h[j * n + j] <= 0.0) { /* a dead input: its weights do not matter */
+            h[j * n + j] = 1.0;
+            for (int64_t r = 0; r < rows; r++) w[r * cols + j] = 0.0f;
+        }
+        imp[j] = (float)h[j * n + j];
+        h[j * n + j] += 0.01 * mean + 1e-12; /* dampening */
+    }
+    /* Hinv = L^-T L^-1; then its upper Cholesky factor U (Hinv = U^T U) */
+    if (!cholesky(h, n)) { rc = core_fail(st, KVANT_ERR_ARG, "GPTQ: Hessian not positive definite"); goto done; }
+    for (int64_t i = 0; i < n; i++) { /* linv = L^-1 (lower), forward substitution */
+        linv[i * n + i] = 1.0 / h[i * n + i];
+        for (int64_t j = 0; j < i; j++) {
+            double v = 0.0;
+            for (int64_t k = j; k < i; k++) v += h[i * n + k] * linv[k * n + j];
+            linv[i * n + j] = -v / h[i * n + i];
+        }
+    }
+    for (int64_t i = 0; i < n; i++) /* h = Hinv = linv^T linv (full) */
+        for (int64_t j = 0; j <= i; j++) {
+            double v = 0.0;
+            for (int64_t k = i; k < n; k++) v += linv[k * n + i] * linv[k * n + j];
+            h[i * n + j] = h[j * n + i] = v;
+        }
+    if (!cholesky(h, n)) { rc = core_fail(st, KVANT_ERR_ARG, "GPTQ: inverse Hessian not positive definite"); goto done; }
+    /* U[j][k] = L[k][j]: read h[k * n + j] for k >= j */
+    if (ts.gran == PTQ_TENSOR) qp[0] = choose_(&ts, w, rows * cols, imp, cols);
+    const int umax = (1 << ts.bits) - 1;
+    for (int64_t j = 0; j < n; j++) {
+        if (ts.gran != PTQ_TENSOR && j % G == 0) {
+            const int64_t len = cols - j < G ? cols - j : G;
+            for (int64_t r = 0; r < rows; r++) qp[r * ng + j / G] = choose_(&ts, w + r * cols + j, len, imp + j, len);
+        }
+        const double ujj = h[j * n + j];
+        for (int64_t r = 0; r < rows; r++) {
+            const ptq_qp q = ts.gran == PTQ_TENSOR ? qp[0] : qp[r * ng + j / G];
+            const float id = q.scale != 0.0f ? 1.0f / q.scale : 0.0f;
+            float *wr = w + r * cols;
+            int v = (int)lrintf(wr[j] * id) + q.zero;
+            v = v < 0 ? 0 : v > umax ? umax : v;
+            u[r * cols + j] = (uint8_t)v;
+            const double e = ((double)wr[j] - (double)q.scale * (v - q.zero)) / ujj;
+            for (int64_t k = j + 1; k < n; k++) wr[k] -= (float)(e * h[k * n + j]);
+        }
+    }
+    write_rows(&ts, u, qp, rows, cols, out);
+done:
+    free(h); free(linv); free(w); free(imp); free(qp); free(u);
+    return rc;
 }

@@ -91,6 +91,14 @@ bool ptq_type_spec(int type, ptq_spec *out);
 kvant_code ptq_quantize_tensor(const ptq_spec *s, int type, const float *x, int64_t rows, int64_t cols,
                                const float *imp, void *out, kvant_status *st);
 
+/* GPTQ (Frantar et al. 2022): as ptq_quantize_tensor, but each column's
+ * rounding error is compensated on the columns after it through the inverse
+ * of H = sum over calibration tokens of x x^T (cols x cols, row-major, the
+ * layer input's second moments); diag(H) also weighs the clipping error.
+ * H NULL or a non-PTQ type: ptq_quantize_tensor without importance. */
+kvant_code ptq_gptq_tensor(const ptq_spec *s, int type, const float *x, int64_t rows, int64_t cols, const double *H,
+                           void *out, kvant_status *st);
+
 /* ---- whole models ------------------------------------------------------------------ */
 typedef enum {
     PTQ_FALLBACK_CHANNEL = 0, /* rows that fit no group: per channel, same bits */
@@ -102,8 +110,11 @@ typedef struct {
     ptq_spec spec;
     ptq_fallback fallback;
     const char *keep;         /* NULL, or comma-separated substrings of tensor names kept F16 */
+    const char *tensor_bits;  /* NULL, or "SUBSTR=B,...": tensors whose name contains SUBSTR get
+                                 B bits instead of spec.bits (the first match wins) */
     const char *calib_path;   /* NULL, or a text whose activations weight the clipping error */
-    int calib_tokens;         /* tokens of it to run (0: 4096) */
+    bool gptq;                /* with calib_path: GPTQ error compensation (ptq_gptq_tensor) */
+    int calib_tokens;         /* tokens of it to run (0: 16384) */
     int n_threads;            /* 0: all CPUs */
     bool quiet;               /* no per-tensor lines on stderr */
 } ptq_params;

@@ -38,14 +38,31 @@ static bool in_list(const char *list, const char *name) {
     return false;
 }
 
+/* bits for `name` from a "SUBSTR=B,..." list, or dflt */
+static int bits_for(const char *list, const char *name, int dflt) {
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ','), *eq = strchr(p, '=');
+        const size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (eq && (!e || eq < e) && eq > p && (size_t)(eq - p) < 128) {
+            char pat[128];
+            memcpy(pat, p, (size_t)(eq - p));
+            pat[eq - p] = 0;
+            const int b = atoi(eq + 1);
+            if (strstr(name, pat) && b >= 2 && b <= 8) return b;
+        }
+        p += n + (e ? 1 : 0);
+    }
+    return dflt;
+}
+
 static void append(char *buf, size_t cap, const char *name, const char *type) {
     size_t len = strlen(buf);
     if (len + strlen(name) + strlen(type) + 3 >= cap) return;
     snprintf(buf + len, cap - len, "%s%s=%s", len ? "," : "", name, type);
 }
 
-kvant_code ptq_add_tensor(gguf_writer *w, const ptq_params *p, const char *name, int n_dims, const int64_t *ne,
-                          const float *f32, const float *imp, ptq_report *r, kvant_status *st) {
+static kvant_code add_tensor_(gguf_writer *w, const ptq_params *p, const char *name, int n_dims, const int64_t *ne,
+                              const float *f32, const float *imp, const double *H, ptq_report *r, kvant_status *st) {
     int64_t rows = 1;
     for (int j = 1; j < n_dims; j++) rows *= ne[j];
     const int64_t cols = ne[0], n = rows * cols;
@@ -58,8 +75,9 @@ kvant_code ptq_add_tensor(gguf_writer *w, const ptq_params *p, const char *name,
             snprintf(note, sizeof note, "kept F16 (--keep)");
             if (r) { r->n_kept++; append(r->kept_names, sizeof r->kept_names, name, "F16"); }
         } else {
-            ptq_spec used;
-            type = ptq_storage_type(&p->spec, cols, &used, note, sizeof note);
+            ptq_spec used, want = p->spec;
+            want.bits = bits_for(p->tensor_bits, name, want.bits);
+            type = ptq_storage_type(&want, cols, &used, note, sizeof note);
             if (type < 0) return core_fail(st, KVANT_ERR_ARG, "no storage type for this scheme (group sizes: 32, 64, 128)");
             if (note[0] && used.gran == PTQ_CHANNEL && p->fallback != PTQ_FALLBACK_CHANNEL) {
                 type = p->fallback == PTQ_FALLBACK_F16 ? KT_F16 : KT_F32;
@@ -80,7 +98,9 @@ kvant_code ptq_add_tensor(gguf_writer *w, const ptq_params *p, const char *name,
     kvant_code rc = KVANT_OK;
     if (buf) {
         ptq_spec ps = p->spec;
-        rc = ptq_quantize_tensor(&ps, type, f32, rows, cols, imp, buf, st);
+        ps.bits = bits_for(p->tensor_bits, name, ps.bits);
+        rc = H && quant ? ptq_gptq_tensor(&ps, type, f32, rows, cols, H, buf, st)
+                        : ptq_quantize_tensor(&ps, type, f32, rows, cols, imp, buf, st);
     }
     if (!rc) rc = gguf_writer_add_tensor(w, name, type, n_dims, ne, buf ? buf : f32, st);
     free(buf);
@@ -98,8 +118,13 @@ kvant_code ptq_add_tensor(gguf_writer *w, const ptq_params *p, const char *name,
     }
     if (!p->quiet)
         fprintf(stderr, "  %-28s %-12s %8.3f bpw%s%s%s\n", name, kern_type_name(type), 8.0 * (double)bytes / (double)n,
-                imp ? "  (calibrated)" : "", note[0] ? "  note: " : "", note);
+                H && quant ? "  (GPTQ)" : imp ? "  (calibrated)" : "", note[0] ? "  note: " : "", note);
     return KVANT_OK;
+}
+
+kvant_code ptq_add_tensor(gguf_writer *w, const ptq_params *p, const char *name, int n_dims, const int64_t *ne,
+                          const float *f32, const float *imp, ptq_report *r, kvant_status *st) {
+    return add_tensor_(w, p, name, n_dims, ne, f32, imp, NULL, r, st);
 }
 
 void ptq_add_metadata(gguf_writer *w, const ptq_params *p, const ptq_report *r) {
@@ -111,6 +136,8 @@ void ptq_add_metadata(gguf_writer *w, const ptq_params *p, const ptq_report *r) 
     if (s->gran == PTQ_GROUP) gguf_writer_add_u32(w, "kvant.ptq.group_size", (uint32_t)s->group);
     gguf_writer_add_str(w, "kvant.ptq.clip", s->clip == PTQ_CLIP_MSE ? "mse" : "none");
     if (p->calib_path) gguf_writer_add_str(w, "kvant.ptq.calibration", p->calib_path);
+    if (p->gptq) gguf_writer_add_bool(w, "kvant.ptq.gptq", true);
+    if (p->tensor_bits) gguf_writer_add_str(w, "kvant.ptq.tensor_bits", p->tensor_bits);
     gguf_writer_add_str(w, "kvant.ptq.fallback",
                         p->fallback == PTQ_FALLBACK_CHANNEL ? "channel" : p->fallback == PTQ_FALLBACK_F16 ? "f16" : "f32");
     if (r) {
@@ -127,6 +154,7 @@ typedef struct {
     double *sum;     /* [(n_layers * 4 + 1)] slots of max(C, F) columns */
     int64_t *count;  /* tokens per slot */
     int width;
+    double *xtx;     /* GPTQ: per slot, width x width sums of x x^T (NULL: off) */
 } calib;
 
 /* slot of a matmul input: wq/wk/wv share 0, wo 1, gate/up 2, down 3; output last */
@@ -144,6 +172,17 @@ static void calib_tap(void *user, int layer, model_mm_id mm, const float *x, int
     for (int t = 0; t < T; t++)
         for (int j = 0; j < cols; j++) acc[j] += (double)x[(size_t)t * cols + j] * x[(size_t)t * cols + j];
     c->count[s] += T;
+    if (c->xtx) {
+        double *h = c->xtx + (size_t)s * c->width * c->width;
+        for (int t = 0; t < T; t++) {
+            const float *xt = x + (size_t)t * cols;
+            for (int i = 0; i < cols; i++) {
+                const double xi = xt[i];
+                double *hi = h + (size_t)i * c->width;
+                for (int j = i; j < cols; j++) hi[j] += xi * xt[j]; /* upper triangle; mirrored on use */
+            }
+        }
+    }
 }
 
 /* the slot for a tensor name, or -1 */
@@ -196,10 +235,18 @@ static kvant_code calib_run(const char *model_path, const ptq_params *p, calib *
     const int n_slots = c->n_layers * 4 + 1;
     c->sum = calloc((size_t)n_slots * c->width, sizeof *c->sum);
     c->count = calloc((size_t)n_slots, sizeof *c->count);
+    if (p->gptq) {
+        if (c->width > 4096) {
+            model_close(m);
+            return core_fail(st, KVANT_ERR_UNSUPPORTED, "GPTQ: layer inputs of %d columns are too wide (4096 at most)", c->width);
+        }
+        c->xtx = calloc((size_t)n_slots * c->width * c->width, sizeof *c->xtx);
+        if (!c->xtx) { model_close(m); return core_fail(st, KVANT_ERR_NOMEM, "GPTQ: out of memory for the Hessians"); }
+    }
     size_t len = 0;
     char *text = c->sum && c->count ? read_text(p->calib_path, &len, st) : NULL;
     kvant_code rc = text ? KVANT_OK : (c->sum && c->count ? st->code : core_fail(st, KVANT_ERR_NOMEM, "out of memory"));
-    const int want = p->calib_tokens > 0 ? p->calib_tokens : 4096;
+    const int want = p->calib_tokens > 0 ? p->calib_tokens : 16384;
     int32_t *tokens = NULL;
     int nt = 0;
     if (!rc) {
@@ -214,16 +261,20 @@ static kvant_code calib_run(const char *model_path, const ptq_params *p, calib *
     kv_store *kv = rc ? NULL : kv_contiguous_new(m->cfg.n_layers, chunk, m->cfg.n_kv_heads * m->cfg.head_dim, KT_F32, st);
     model_work *w = kv ? model_work_new(m, 64, chunk, MODEL_ATTN_FLASH, st) : NULL;
     if (!rc && (!kv || !w)) rc = st->code;
+    /* all logits, so that the classifier (output.weight) sees every token */
+    float *logits = rc ? NULL : malloc((size_t)chunk * (size_t)m->cfg.vocab_size * sizeof *logits);
+    if (!rc && !logits) rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory");
     if (!rc) {
         w->tap = calib_tap;
         w->hook_user = c;
         for (int i = 0; i < nt && !rc; i += chunk) {
             kv_clear(kv);
             const int n = nt - i < chunk ? nt - i : chunk;
-            rc = model_forward(m, w, kv, tokens + i, n, NULL, false, st);
+            rc = model_forward(m, w, kv, tokens + i, n, logits, true, st);
         }
         if (!rc && !p->quiet) fprintf(stderr, "calibration: %d tokens of %s\n", nt, p->calib_path);
     }
+    free(logits);
     model_work_free(w);
     kv_free(kv);
     free(tokens);
@@ -254,10 +305,10 @@ kvant_code ptq_quantize_file(const char *in_path, const char *out_path, const pt
     bool tied = false;
     if (p->calib_path) {
         kvant_code rc = calib_run(in_path, p, &c, &tied, st);
-        if (rc) { free(c.sum); free(c.count); return rc; }
+        if (rc) { free(c.sum); free(c.count); free(c.xtx); return rc; }
     }
     gguf_ctx *g = gguf_open(in_path, st);
-    if (!g) { free(c.sum); free(c.count); return st->code; }
+    if (!g) { free(c.sum); free(c.count); free(c.xtx); return st->code; }
     kvant_code rc = KVANT_OK;
     if (!gguf_find(g, "general.architecture") || gguf_n_tensors(g) == 0)
         rc = core_fail(st, KVANT_ERR_FORMAT, "%s: not a model file (no architecture or no tensors)", in_path);
@@ -289,11 +340,23 @@ kvant_code ptq_quantize_file(const char *in_path, const char *out_path, const pt
         for (int64_t rr = 0; rr < rows; rr++) tt->to_float((const uint8_t *)t->data + (size_t)rr * rb, f32 + rr * t->ne[0], t->ne[0]);
         const int slot = c.sum ? calib_slot_for(&c, t->name, tied) : -1;
         const float *ip = NULL;
-        if (slot >= 0 && t->n_dims == 2 && t->ne[0] <= c.width) {
+        if (slot >= 0 && c.count[slot] > 0 && t->n_dims == 2 && t->ne[0] <= c.width) {
             if ((size_t)t->ne[0] > imp_cap) { free(imp); imp = malloc((size_t)t->ne[0] * sizeof *imp); imp_cap = (size_t)t->ne[0]; }
             if (imp) { calib_imp(&c, slot, (int)t->ne[0], imp); ip = imp; }
         }
-        rc = ptq_add_tensor(w, p, t->name, t->n_dims, t->ne, f32, ip, &r, st);
+        double *H = NULL;
+        if (ip && c.xtx) { /* the slot's x x^T for this tensor's columns, mirrored, per token */
+            const int64_t n = t->ne[0];
+            H = malloc((size_t)(n * n) * sizeof *H);
+            if (!H) { rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory"); break; }
+            const double *src = c.xtx + (size_t)slot * c.width * c.width;
+            const double cnt = c.count[slot] > 0 ? (double)c.count[slot] : 1.0;
+            for (int64_t i2 = 0; i2 < n; i2++)
+                for (int64_t j2 = i2; j2 < n; j2++)
+                    H[i2 * n + j2] = H[j2 * n + i2] = src[(size_t)i2 * c.width + j2] / cnt;
+        }
+        rc = add_tensor_(w, p, t->name, t->n_dims, t->ne, f32, ip, H, &r, st);
+        free(H);
     }
     free(f32);
     free(imp);
@@ -310,6 +373,7 @@ kvant_code ptq_quantize_file(const char *in_path, const char *out_path, const pt
     gguf_close(g);
     free(c.sum);
     free(c.count);
+    free(c.xtx);
     if (r_out) *r_out = r;
     return rc;
 }

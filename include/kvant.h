@@ -549,9 +549,11 @@ typedef struct {
     int bits;               /* 2..8 */
     const char *clip;       /* NULL/"none" or "mse" (per-group clip ratio minimizing squared error) */
     const char *calib_path; /* NULL, or a text: its activations weight the clipping error */
-    int calib_tokens;       /* tokens of it (0: 4096) */
+    int calib_tokens;       /* tokens of it (0: 16384) */
+    bool gptq;              /* with calib_path: GPTQ error compensation (inverse-Hessian updates) */
     const char *fallback;   /* rows fitting no group: NULL/"channel", "f16" or "f32" */
     const char *keep;       /* NULL, or comma-separated name substrings kept F16 */
+    const char *tensor_bits;/* NULL, or "SUBSTR=B,...": other bit widths for some tensors */
     int n_threads;          /* 0: all CPUs */
     bool quiet;             /* no per-tensor lines on stderr */
 } kvant_ptq_params;
