@@ -34,7 +34,7 @@ val() { sed -n 's/.*"val_loss": \([0-9.]*\).*"val_ppl": \([0-9.]*\).*/\1 \2/p' "
 cat "$OUT/setup.txt" "$OUT/table.md"
 
 gnuplot <<GP
-set terminal png size 900,560
+set terminal png size 900,560 noenhanced
 set output "$OUT/distill_loss.png"
 set datafile separator ","
 set key autotitle columnhead
