@@ -48,6 +48,15 @@ void core_pool_free(core_pool *p);
 int  core_pool_size(const core_pool *p);
 void core_pool_run(core_pool *p, core_task_fn fn, void *ctx);
 /* splits [0, n) into nth nearly equal parts; part ith is [*lo, *hi) */
+/* SplitMix64's finalizer: a well-mixed 64-bit value from any input (seeds,
+ * per-row streams).  mix64(z) of consecutive z are independent-looking. */
+static inline uint64_t core_mix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
 static inline void core_split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
     int64_t per = n / nth, rem = n % nth;
     *lo = ith * per + (ith < rem ? ith : rem);

@@ -36,19 +36,12 @@ typedef struct {
     float scale, offset;
 } fill_job;
 
-static uint64_t mix64(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 static void fill_task(void *ctx, int ith, int nth) {
     const fill_job *j = ctx;
     int64_t lo, hi;
     core_split(j->rows, ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
-        uint64_t s = mix64(j->seed ^ mix64((uint64_t)r)) | 1;
+        uint64_t s = core_mix64(j->seed ^ core_mix64((uint64_t)r)) | 1;
         float *row = j->dst + r * j->cols;
         for (int64_t c = 0; c < j->cols; c++) {
             s ^= s << 13; s ^= s >> 7; s ^= s << 17;
@@ -159,7 +152,7 @@ kvant_code model_synth(const model_synth_params *p, kvant_status *st) {
     double bytes = 0;
     for (int i = 0; i < n_spec && rc == KVANT_OK; i++) {
         const spec *s = &specs[i];
-        fill_job fj = {f32, s->rows, s->cols, mix64(p->seed * 1000003ULL + (uint64_t)i), s->scale, s->offset};
+        fill_job fj = {f32, s->rows, s->cols, core_mix64(p->seed * 1000003ULL + (uint64_t)i), s->scale, s->offset};
         core_pool_run(pool, fill_task, &fj);
         const int64_t ne[2] = {s->cols, s->rows};
         const int n_dims = s->rows > 1 ? 2 : 1;

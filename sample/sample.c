@@ -52,10 +52,7 @@ sampler *sampler_new(const sample_params *p, int vocab_size, kvant_status *st) {
     s->history = malloc((size_t)(p->repeat_last_n > 0 ? p->repeat_last_n : 1) * sizeof *s->history);
     if (!s->cands || !s->history) goto oom;
     /* splitmix64 of the seed, so seeds 0, 1, 2 ... give unrelated streams */
-    uint64_t z = p->seed + 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    s->rng = (z ^ (z >> 31)) | 1;
+    s->rng = core_mix64(p->seed) | 1;
     return s;
 oom:
     sampler_free(s);

@@ -137,13 +137,6 @@ void train_model_free(train_model *m) {
     free(m);
 }
 
-static uint64_t mix64(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ULL;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 bool train_model_mat(const train_model *m, int i, train_mat *out) {
     const train_config *c = &m->cfg;
     const int C = c->dim, F = c->hidden, QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
@@ -176,7 +169,7 @@ void train_model_init(train_model *m, uint64_t seed) {
     for (int i = 0; train_model_mat(m, i, &t); i++) {
         const bool resid = !strcmp(t.kind, "wo") || !strcmp(t.kind, "down");
         const float std = 0.02f * (resid ? 1.0f / sqrtf(2.0f * c->n_layers) : 1.0f);
-        uint64_t s = mix64(seed * 1000003ULL + (uint64_t)i) | 1;
+        uint64_t s = core_mix64(seed * 1000003ULL + (uint64_t)i) | 1;
         for (size_t k = 0; k < (size_t)t.rows * t.cols; k += 2) { /* Box-Muller */
             s ^= s << 13; s ^= s >> 7; s ^= s << 17;
             const double u1 = ((s >> 11) + 0.5) / 9007199254740992.0;
