@@ -74,3 +74,21 @@ void cli_unknown(cli_args *a) {
 }
 
 int cli_status_exit(const kvant_status *st) { return st->code == KVANT_ERR_IO ? CLI_USAGE : CLI_FAIL; }
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0)
+        buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (!buf) return NULL;
+    buf[n] = 0;
+    *len = (size_t)n;
+    return buf;
+}

@@ -29,6 +29,9 @@ float cli_float(cli_args *a, float lo, float hi);
 uint64_t cli_u64(cli_args *a);
 /* prints "kvant run: unknown option 'x' (see --help)" and sets error */
 void cli_unknown(cli_args *a);
+/* The whole file, NUL-terminated (malloc'd; *len = its bytes), or NULL
+ * when it cannot be opened or read. */
+char *cli_read_file(const char *path, size_t *len);
 /* exit code for a failed library call: 2 for unreadable files, else 1 */
 int cli_status_exit(const kvant_status *st);
 

@@ -88,19 +88,6 @@ static bool measure(const char *path, kvant_model *base, const char *text, size_
     return ok;
 }
 
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) { buf[n] = 0; *len = (size_t)n; }
-    return buf;
-}
-
 static void write_plot(const char *dir, const cliff_row *rows, int n, const char *model, double base_ppl) {
     char path[1024];
     snprintf(path, sizeof path, "%s/cliff.dat", dir);
@@ -201,7 +188,7 @@ int cmd_cliff(int argc, char **argv) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) { fprintf(stderr, "kvant cliff: cannot create %s\n", dir); return CLI_FAIL; }
 
     size_t len = 0;
-    char *text = read_all(text_path, &len);
+    char *text = cli_read_file(text_path, &len);
     if (!text) { fprintf(stderr, "kvant cliff: cannot read %s\n", text_path); return CLI_FAIL; }
     char calib_path[1024];
     if (!calib) { /* the text's last 64 KiB */

@@ -92,26 +92,18 @@ typedef struct {
 } corpus;
 
 static bool corpus_load(corpus *c, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (sz <= 0 || sz > (1L << 30)) {
-        fclose(f);
-        return false;
-    }
-    c->text = malloc((size_t)sz + 1);
-    size_t got = c->text ? fread(c->text, 1, (size_t)sz, f) : 0;
-    fclose(f);
-    if (!c->text) return false;
-    c->text[got] = 0;
+    size_t sz = 0;
+    if (!(c->text = cli_read_file(path, &sz))) return false;
     size_t cap = 1024;
-    c->w = malloc(cap * sizeof *c->w);
+    if (!(c->w = malloc(cap * sizeof *c->w))) return false;
     for (char *p = c->text; *p;) {
         while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') *p++ = 0;
         if (!*p) break;
-        if (c->n == cap) c->w = realloc(c->w, (cap *= 2) * sizeof *c->w);
+        if (c->n == cap) {
+            const char **w = realloc(c->w, (cap *= 2) * sizeof *c->w);
+            if (!w) return false;
+            c->w = w;
+        }
         c->w[c->n++] = p;
         while (*p && *p != ' ' && *p != '\n' && *p != '\t' && *p != '\r') p++;
     }

@@ -140,22 +140,12 @@ int cmd_outliers(int argc, char **argv) {
     }
     i8.mode = "f32";
     i8.any = i8.smooth || i8.p.n_inject > 0; /* --calib alone is the text to measure */
-    FILE *f = fopen(i8.calib_path, "rb");
-    if (!f) {
-        fprintf(stderr, "kvant outliers: cannot open %s\n", i8.calib_path);
+    size_t n = 0;
+    char *text = cli_read_file(i8.calib_path, &n);
+    if (!text) {
+        fprintf(stderr, "kvant outliers: cannot read %s\n", i8.calib_path);
         return CLI_USAGE;
     }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)(n > 0 ? n : 1));
-    if (!text || fread(text, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f);
-        free(text);
-        fprintf(stderr, "kvant outliers: cannot read %s\n", i8.calib_path);
-        return CLI_FAIL;
-    }
-    fclose(f);
     kvant_status st;
     kvant_model_params mp = {tokenizer, threads};
     kvant_model *m = kvant_model_open(path, &mp, &st);
@@ -174,7 +164,7 @@ int cmd_outliers(int argc, char **argv) {
     op.transform = q8;
     op.progress = progress;
     op.user = &tty;
-    if (kvant_outliers(m, text, (size_t)n, &op, &r, &st)) {
+    if (kvant_outliers(m, text, n, &op, &r, &st)) {
         fprintf(stderr, "kvant outliers: %s\n", st.msg);
         rc = st.code == KVANT_ERR_ARG ? CLI_USAGE : CLI_FAIL;
         goto done;

@@ -81,22 +81,12 @@ int cmd_ppl(int argc, char **argv) {
         fprintf(stderr, "kvant ppl: --stride %d must be below the context %d (windows overlap)\n", p.stride, p.n_ctx);
         return CLI_USAGE;
     }
-    FILE *f = fopen(file, "rb");
-    if (!f) {
-        fprintf(stderr, "kvant ppl: cannot open %s\n", file);
+    size_t n = 0;
+    char *text = cli_read_file(file, &n);
+    if (!text) {
+        fprintf(stderr, "kvant ppl: cannot read %s\n", file);
         return CLI_USAGE;
     }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)(n > 0 ? n : 1));
-    if (!text || fread(text, 1, (size_t)n, f) != (size_t)n) {
-        fclose(f);
-        free(text);
-        fprintf(stderr, "kvant ppl: cannot read %s\n", file);
-        return CLI_FAIL;
-    }
-    fclose(f);
 
     kvant_status st;
     kvant_model_params mp = {tokenizer, threads};
@@ -121,7 +111,7 @@ int cmd_ppl(int argc, char **argv) {
     p.progress = progress;
     p.user = &tty;
     kvant_ppl_result r;
-    if (kvant_perplexity(m, text, (size_t)n, &p, &r, &st)) {
+    if (kvant_perplexity(m, text, n, &p, &r, &st)) {
         fprintf(stderr, "\nkvant ppl: %s\n", st.msg);
         rc = st.code == KVANT_ERR_ARG ? CLI_USAGE : CLI_FAIL;
         goto done;

@@ -7,19 +7,6 @@
 
 #include "cli/cli.h"
 
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *t = malloc((size_t)(sz > 0 ? sz : 1));
-    if (t && fread(t, 1, (size_t)sz, f) != (size_t)sz) { free(t); t = NULL; }
-    fclose(f);
-    *n = (size_t)sz;
-    return t;
-}
-
 static void stream_help(void) {
     printf("usage: kvant stream-ppl -m MODEL -f TEXT --policy P [--sink N] [--window W] [--max-tokens N]\n"
            "                        [--repeat K] [--dump FILE]\n"
@@ -67,7 +54,7 @@ int cmd_stream_ppl(int argc, char **argv) {
         return CLI_USAGE;
     }
     size_t n1;
-    char *one = slurp(file, &n1);
+    char *one = cli_read_file(file, &n1);
     if (!one) {
         fprintf(stderr, "kvant stream-ppl: cannot read %s\n", file);
         return CLI_USAGE;
@@ -139,7 +126,7 @@ int cmd_attn_stats(int argc, char **argv) {
         return CLI_USAGE;
     }
     size_t n;
-    char *text = slurp(file, &n);
+    char *text = cli_read_file(file, &n);
     if (!text) {
         fprintf(stderr, "kvant attn-stats: cannot read %s\n", file);
         return CLI_USAGE;

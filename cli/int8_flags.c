@@ -86,28 +86,19 @@ int cli_int8_build(cli_int8 *o, kvant_model *m, const char *cmd, kvant_int8 **ou
             fprintf(stderr, "%s: --smoothquant needs --calib FILE\n", cmd);
             return CLI_USAGE;
         }
-        FILE *f = fopen(o->calib_path, "rb");
-        if (!f) {
-            fprintf(stderr, "%s: cannot open %s\n", cmd, o->calib_path);
+        size_t n = 0;
+        o->calib_buf = cli_read_file(o->calib_path, &n);
+        if (!o->calib_buf) {
+            fprintf(stderr, "%s: cannot read %s\n", cmd, o->calib_path);
             return CLI_USAGE;
         }
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        if (o->calib_skip >= n) {
-            fclose(f);
-            fprintf(stderr, "%s: --calib-skip %ld leaves nothing of %s (%ld bytes)\n", cmd, o->calib_skip,
+        if (o->calib_skip >= (long)n) {
+            fprintf(stderr, "%s: --calib-skip %ld leaves nothing of %s (%zu bytes)\n", cmd, o->calib_skip,
                     o->calib_path, n);
             return CLI_USAGE;
         }
-        fseek(f, o->calib_skip, SEEK_SET);
-        n -= o->calib_skip;
-        o->calib_buf = malloc((size_t)n + 1);
-        if (!o->calib_buf || fread(o->calib_buf, 1, (size_t)n, f) != (size_t)n) {
-            fclose(f);
-            fprintf(stderr, "%s: cannot read %s\n", cmd, o->calib_path);
-            return CLI_FAIL;
-        }
-        fclose(f);
+        n -= (size_t)o->calib_skip;
+        memmove(o->calib_buf, o->calib_buf + o->calib_skip, n + 1);
         o->p.calib_text = o->calib_buf;
         o->p.calib_len = (size_t)n;
     }
