@@ -48,25 +48,6 @@ static kvant_code parse_config(const char *s, int vocab, int ctx, train_config *
     return train_config_check(c, st);
 }
 
-static char *slurp(const char *path, size_t *len, kvant_status *st) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { core_fail(st, KVANT_ERR_IO, "cannot open %s", path); return NULL; }
-    fseek(f, 0, SEEK_END);
-    const long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (!b || fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        fclose(f);
-        core_fail(st, KVANT_ERR_IO, "cannot read %s", path);
-        return NULL;
-    }
-    fclose(f);
-    b[n] = 0;
-    *len = (size_t)n;
-    return b;
-}
-
 static int32_t *tokenize(const model *m, const char *text, size_t len, int64_t *n, kvant_status *st) {
     const int cap = (int)(len + 16);
     int32_t *t = malloc(sizeof(int32_t) * (size_t)cap);
@@ -315,7 +296,7 @@ kvant_code kvant_train(const kvant_train_params *p, kvant_train_result *res, kva
 
     /* data */
     size_t len;
-    if (!(text = slurp(p->text_path, &len, st))) { rc = st->code; goto done; }
+    if (!(text = core_read_file(p->text_path, &len, st))) { rc = st->code; goto done; }
     const size_t split = train_split_offset(text, len);
     if (!(r.data.train = tokenize(src, text, split, &r.data.n_train, st))) { rc = st->code; goto done; }
     if (!(r.data.val = tokenize(src, text + split, len - split, &r.data.n_val, st))) { rc = st->code; goto done; }

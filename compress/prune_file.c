@@ -94,25 +94,6 @@ static kvant_code run_calib(model *m, const int32_t *toks, int n_tok, int ctx, c
     return rc;
 }
 
-static char *read_text(const char *path, size_t *len, kvant_status *st) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { core_fail(st, KVANT_ERR_IO, "cannot open calibration text %s", path); return NULL; }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        fclose(f);
-        core_fail(st, KVANT_ERR_IO, "cannot read %s", path);
-        return NULL;
-    }
-    fclose(f);
-    buf[n] = 0;
-    *len = (size_t)n;
-    return buf;
-}
-
 /* ---- helpers ------------------------------------------------------------------------------ */
 static kvant_code mat_to_f32(const model_mat *M, float *out, kvant_status *st) {
     const kern_type_traits *tt = kern_type_get(M->type);
@@ -316,7 +297,7 @@ kvant_code prune_file(const char *in_path, const char *out_path, const prune_par
                 }
         }
         size_t len;
-        char *text = read_text(p->calib_path, &len, st);
+        char *text = core_read_file(p->calib_path, &len, st);
         if (!text) { rc = st->code; goto done; }
         if (len > (size_t)INT32_MAX / 8) { free(text); rc = core_fail(st, KVANT_ERR_ARG, "%s: text too long", p->calib_path); goto done; }
         int cap = (int)len + 16;

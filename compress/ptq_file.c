@@ -200,27 +200,6 @@ static int calib_slot_for(const calib *c, const char *name, bool tied) {
     return -1;
 }
 
-static char *read_text(const char *path, size_t *len, kvant_status *st) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return core_fail(st, KVANT_ERR_IO, "cannot open calibration text %s", path), NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        if (!got) break;
-        n += got;
-    }
-    fclose(f);
-    if (!buf) return core_fail(st, KVANT_ERR_NOMEM, "out of memory reading %s", path), NULL;
-    *len = n;
-    return buf;
-}
-
 /* Runs up to n_tokens of the text through the model in chunks and
  * accumulates the per-column mean squares. */
 static kvant_code calib_run(const char *model_path, const ptq_params *p, calib *c, bool *tied, kvant_status *st) {
@@ -244,7 +223,7 @@ static kvant_code calib_run(const char *model_path, const ptq_params *p, calib *
         if (!c->xtx) { model_close(m); return core_fail(st, KVANT_ERR_NOMEM, "GPTQ: out of memory for the Hessians"); }
     }
     size_t len = 0;
-    char *text = c->sum && c->count ? read_text(p->calib_path, &len, st) : NULL;
+    char *text = c->sum && c->count ? core_read_file(p->calib_path, &len, st) : NULL;
     kvant_code rc = text ? KVANT_OK : (c->sum && c->count ? st->code : core_fail(st, KVANT_ERR_NOMEM, "out of memory"));
     const int want = p->calib_tokens > 0 ? p->calib_tokens : 16384;
     int32_t *tokens = NULL;

@@ -36,6 +36,10 @@ typedef struct {
 /* Maps the whole file read-only.  Empty files map to data == NULL, size 0. */
 kvant_code core_map_file(const char *path, core_map *m, kvant_status *st);
 void core_unmap(core_map *m);
+/* The whole file as a malloc'd, NUL-terminated buffer (*len = its bytes; a
+ * text the caller may modify and must free), or NULL + st (KVANT_ERR_IO,
+ * KVANT_ERR_NOMEM). */
+char *core_read_file(const char *path, size_t *len, kvant_status *st);
 
 /* ---- thread pool --------------------------------------------------------
  * core_pool_run(pool, fn, ctx) calls fn(ctx, ith, nth) once on each of the

@@ -1,7 +1,9 @@
-/* map.c - read-only mmap of a whole file. */
+/* map.c - a whole file: read-only mmap, or read into memory. */
 #include "core.h"
 
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -40,4 +42,34 @@ void core_unmap(core_map *m) {
     if (m->data) munmap((void *)m->data, m->size);
     m->data = NULL;
     m->size = 0;
+}
+
+char *core_read_file(const char *path, size_t *len, kvant_status *st) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        core_fail(st, KVANT_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
+        fclose(f);
+        core_fail(st, KVANT_ERR_IO, "cannot read %s", path);
+        return NULL;
+    }
+    char *buf = malloc((size_t)n + 1);
+    if (!buf) {
+        fclose(f);
+        core_fail(st, KVANT_ERR_NOMEM, "out of memory reading %s (%ld bytes)", path, n);
+        return NULL;
+    }
+    const size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    if (got != (size_t)n) {
+        free(buf);
+        core_fail(st, KVANT_ERR_IO, "cannot read %s", path);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = (size_t)n;
+    return buf;
 }
