@@ -12,14 +12,8 @@
 #include <immintrin.h>
 
 #include "kernels/attn_flash.h"
+#include "kernels/avx2_common.h"
 #include "kernels/quants.h"
-
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 static inline float hmax(__m256 v) {
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -245,7 +239,7 @@ static float row_exp2_avx2(float *s, int nv, int nc, float m) {
         _mm256_storeu_ps(s + j, e);
         sum = _mm256_add_ps(sum, e);
     }
-    return hsum(sum);
+    return hsum_ps(sum);
 }
 
 static void row_scale_avx2(float *a, int n, float c) {

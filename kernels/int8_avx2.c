@@ -9,14 +9,8 @@
  * sums are exact, so results equal kern_i8_tile_ref bit for bit. */
 #include <immintrin.h>
 
+#include "kernels/avx2_common.h"
 #include "kernels/int8.h"
-
-static inline int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
 
 static inline __m256i mac32(__m256i acc, __m256i ax, __m256i x, __m256i w, __m256i ones) {
     const __m256i p = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w, x));
@@ -45,9 +39,9 @@ static void tile_4x2(int64_t Kp, int32_t *out, size_t ldo, const int8_t *w, size
         a30 = mac32(a30, ax0, x0, wr, ones);
         a31 = mac32(a31, ax1, x1, wr, ones);
     }
-    out[0] = hsum_i32(a00), out[1] = hsum_i32(a10), out[2] = hsum_i32(a20), out[3] = hsum_i32(a30);
-    out[ldo + 0] = hsum_i32(a01), out[ldo + 1] = hsum_i32(a11), out[ldo + 2] = hsum_i32(a21),
-    out[ldo + 3] = hsum_i32(a31);
+    out[0] = hsum_epi32(a00), out[1] = hsum_epi32(a10), out[2] = hsum_epi32(a20), out[3] = hsum_epi32(a30);
+    out[ldo + 0] = hsum_epi32(a01), out[ldo + 1] = hsum_epi32(a11), out[ldo + 2] = hsum_epi32(a21),
+    out[ldo + 3] = hsum_epi32(a31);
 }
 
 static int32_t dot_1x1(int64_t Kp, const int8_t *w, const int8_t *x) {
@@ -57,7 +51,7 @@ static int32_t dot_1x1(int64_t Kp, const int8_t *w, const int8_t *x) {
         const __m256i xv = _mm256_loadu_si256((const __m256i *)(x + k));
         acc = mac32(acc, _mm256_abs_epi8(xv), xv, _mm256_loadu_si256((const __m256i *)(w + k)), ones);
     }
-    return hsum_i32(acc);
+    return hsum_epi32(acc);
 }
 
 void kern_i8_tile_avx2(int64_t Kp, int nr, int nc, int32_t *out, size_t ldo, const int8_t *w, size_t ldw,

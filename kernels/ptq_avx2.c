@@ -10,15 +10,9 @@
  * floats (u - z) * a with FMA, the tail in scalar; times d at the end. */
 #include <immintrin.h>
 
+#include "kernels/avx2_common.h"
 #include "kernels/ptq.h"
 #include "kernels/quants.h"
-
-static inline float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* 32 signed codes (u - c) from 32 codes of b bits at p */
 static inline __m256i load_w(const uint8_t *p, int bits) {

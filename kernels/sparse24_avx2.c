@@ -28,18 +28,12 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "kernels/avx2_common.h"
 #include "kernels/quants.h"
 #include "kernels/sparse24.h"
 #include "kernels/tiers.h"
 
 #define INLINE static inline __attribute__((always_inline))
-
-INLINE float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* ---- S24_F16 x F32 ------------------------------------------------------------ */
 /* x: R rows of n/32 blocks, bx bytes apart; a: C rows of n floats, ba bytes apart.
@@ -157,42 +151,12 @@ ENTRIES(s24_f16, tile_f16)
 ENTRIES(s24_q8, tile_q8)
 
 /* ---- S24_A8 activations: x n floats -> blocks of 64 ------------------------------ */
-/* roundf, exactly (as kernels/vec_dot_avx2.c): truncate, then step away from
- * zero where |remainder| >= 0.5 (exact for |v| < 2^23) */
-static inline __m256 round_away(__m256 v) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m256 r = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
-    const __m256 step = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
-    return _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(r, _mm256_set1_ps(0.5f), _CMP_GE_OQ), step));
-}
-
-/* 32 floats -> q[32] = round(x / d), d = amax / 127 (the same bytes as _ref) */
-static inline float quant_half(const float *x, int8_t *q) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 v[4], amax = _mm256_setzero_ps();
-    for (int k = 0; k < 4; k++) {
-        v[k] = _mm256_loadu_ps(x + 8 * k);
-        amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), amax);
-    }
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    const float d = _mm_cvtss_f32(m) / 127.0f, id = d ? 1.0f / d : 0.0f;
-    const __m256 mul = _mm256_set1_ps(id);
-    __m256i i[4];
-    for (int k = 0; k < 4; k++) i[k] = _mm256_cvtps_epi32(round_away(_mm256_mul_ps(v[k], mul)));
-    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
-    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-    return d;
-}
-
 static void quant_s24_a8(const float *x, void *vy, int64_t n) {
     block_s24_a8 *y = vy;
     for (int64_t b = 0; b < n / QK_S24_Q8; b++, x += QK_S24_Q8)
         for (int h = 0; h < 2; h++) {
             int8_t q[32];
-            const float d = quant_half(x + 32 * h, q);
+            const float d = quant_block_q8(x + 32 * h, q, NULL);
             for (int k = 0; k < 4; k++) y[b].d[4 * h + k] = d;
             memcpy(y[b].x + 16 * h, q, 16);
             memcpy(y[b].y + 16 * h, q + 16, 16);
