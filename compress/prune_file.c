@@ -96,9 +96,8 @@ static kvant_code run_calib(model *m, const int32_t *toks, int n_tok, int ctx, c
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 static kvant_code mat_to_f32(const model_mat *M, float *out, kvant_status *st) {
-    const kern_type_traits *tt = kern_type_get(M->type);
-    if (!tt || !tt->to_float) return core_fail(st, KVANT_ERR_UNSUPPORTED, "cannot convert type %s", kern_type_name(M->type));
-    tt->to_float(M->data, out, M->rows * M->cols);
+    if (!kern_rows_to_float(M->type, M->data, M->rows, M->cols, out))
+        return core_fail(st, KVANT_ERR_UNSUPPORTED, "cannot convert type %s", kern_type_name(M->type));
     return KVANT_OK;
 }
 

@@ -315,8 +315,7 @@ kvant_code ptq_quantize_file(const char *in_path, const char *out_path, const pt
             cap = (size_t)n;
             if (!f32) { rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory at tensor '%s'", t->name); break; }
         }
-        const size_t rb = kern_row_bytes(t->type, t->ne[0]);
-        for (int64_t rr = 0; rr < rows; rr++) tt->to_float((const uint8_t *)t->data + (size_t)rr * rb, f32 + rr * t->ne[0], t->ne[0]);
+        kern_rows_to_float(t->type, t->data, rows, t->ne[0], f32);
         const int slot = c.sum ? calib_slot_for(&c, t->name, tied) : -1;
         const float *ip = NULL;
         if (slot >= 0 && c.count[slot] > 0 && t->n_dims == 2 && t->ne[0] <= c.width) {

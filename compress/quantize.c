@@ -193,7 +193,7 @@ kvant_code quant_file(const char *in_path, const char *out_path, const quant_par
             if ((size_t)n > f32_cap) { free(f32); f32 = malloc((size_t)n * sizeof *f32); f32_cap = (size_t)n; }
             if (out_bytes > q_cap) { free(qbuf); qbuf = malloc(out_bytes); q_cap = out_bytes; }
             if (!f32 || !qbuf) { rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory at tensor '%s'", t->name); break; }
-            src->to_float(t->data, f32, n);
+            kern_rows_to_float(t->type, t->data, rows, t->ne[0], f32);
             quant_rows(pool, type, f32, qbuf, rows, t->ne[0]);
             data = qbuf;
         }

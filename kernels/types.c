@@ -58,3 +58,11 @@ size_t kern_row_bytes(int t, int64_t n) {
     if (__builtin_mul_overflow((uint64_t)(n / tt->block_size), (uint64_t)tt->type_size, &r)) return 0;
     return (size_t)r;
 }
+
+bool kern_rows_to_float(int t, const void *x, int64_t rows, int64_t cols, float *y) {
+    const kern_type_traits *tt = kern_type_get(t);
+    const size_t rb = kern_row_bytes(t, cols);
+    if (!tt || !tt->to_float || !rb) return false;
+    for (int64_t r = 0; r < rows; r++) tt->to_float((const uint8_t *)x + (size_t)r * rb, y + r * cols, cols);
+    return true;
+}

@@ -116,6 +116,11 @@ const char *kern_type_name(int t);
 /* Bytes of a row of n elements; 0 if t is unknown or n is not a multiple
  * of the block size. */
 size_t kern_row_bytes(int t, int64_t n);
+/* y[rows][cols] = the rows x cols matrix x of type t dequantized, one row
+ * at a time (per-row types such as kvant's per-channel PTQ carry a header
+ * per row, so a matrix is never one long row).  false if t cannot be
+ * converted (unknown, no to_float, or cols not a multiple of its block). */
+bool kern_rows_to_float(int t, const void *x, int64_t rows, int64_t cols, float *y);
 
 /* ---- scalar conversions (IEEE half, bfloat16) ------------------------- */
 static inline float kern_fp32_from_bits(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }

@@ -235,7 +235,7 @@ static void test_model_8bit(void **state) {
     (void)state;
     const char *in = strdup(shared_path("models/stories260K.gguf"));
     const char *text_path = strdup(shared_path("corpora/tinystories_val_subset.txt"));
-    const char *out = tmp_path("ptq_zp8_g32.gguf");
+    char *out = strdup(tmp_path("ptq_zp8_g32.gguf"));
     kvant_status st;
     kvant_ptq_params p = {.scheme = "zeropoint", .granularity = "group:32", .bits = 8, .clip = "mse", .quiet = true};
     kvant_ptq_report r;
@@ -281,12 +281,36 @@ static void test_model_8bit(void **state) {
     kvant_ppl_result r4;
     assert_int_equal(kvant_perplexity(m4, text, len, &pp, &r4, &st), KVANT_OK);
     assert_true(isfinite(r4.ppl) && r4.ppl < 2.0 * r32.ppl);
+    /* tools that read a per-row PTQ file dequantize it row by row: pruning
+     * 10% of it by magnitude, or re-quantizing it to Q8_0, keeps its function
+     * (read as one long row, a per-row type gave perplexity in the 10^4s) */
+    char *pruned = strdup(tmp_path("ptq_zp4_c_pruned.gguf")); /* tmp_path reuses one buffer */
+    kvant_prune_params pr = {.method = "magnitude", .sparsity = 0.1f, .quiet = true};
+    assert_int_equal(kvant_prune(out, pruned, &pr, &st), KVANT_OK);
+    kvant_model *mp4 = kvant_model_open(pruned, &mp, &st);
+    assert_non_null(mp4);
+    kvant_ppl_result rp;
+    assert_int_equal(kvant_perplexity(mp4, text, len, &pp, &rp, &st), KVANT_OK);
+    assert_true(isfinite(rp.ppl) && rp.ppl < 1.1 * r4.ppl);
+    kvant_model_free(mp4);
+    char *requant = strdup(tmp_path("ptq_zp4_c_q8.gguf"));
+    kvant_quantize_params qp = {.type = "Q8_0", .quiet = true};
+    assert_int_equal(kvant_quantize(out, requant, &qp, &st), KVANT_OK);
+    kvant_model *mq = kvant_model_open(requant, &mp, &st);
+    assert_non_null(mq);
+    kvant_ppl_result rq;
+    assert_int_equal(kvant_perplexity(mq, text, len, &pp, &rq, &st), KVANT_OK);
+    assert_true(fabs(rq.ppl / r4.ppl - 1.0) < 0.02);
+    kvant_model_free(mq);
+    free(pruned);
+    free(requant);
     kvant_model_free(m4);
     kvant_model_free(m8);
     kvant_model_free(m32);
     free(text);
     free((void *)in);
     free((void *)text_path);
+    free(out);
 }
 
 int main(void) {

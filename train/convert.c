@@ -19,9 +19,7 @@ train_config train_config_of(const model *m) {
 }
 
 static void deq(const model_mat *w, float *dst) {
-    const kern_type_traits *tt = kern_type_get(w->type);
-    const size_t rb = kern_row_bytes(w->type, w->cols);
-    for (int64_t r = 0; r < w->rows; r++) tt->to_float((const uint8_t *)w->data + r * rb, dst + r * w->cols, w->cols);
+    kern_rows_to_float(w->type, w->data, w->rows, w->cols, dst);
 }
 
 train_model *train_model_from(const model *m, kvant_status *st) {
