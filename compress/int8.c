@@ -71,8 +71,8 @@ int8_scratch *int8_scratch_new(int max_T, int64_t max_K, int64_t max_N, kvant_st
         s->oidx = malloc(sizeof(int32_t) * (size_t)max_K);
         s->xo = malloc(sizeof(float) * (size_t)max_T * INT8_OUTLIER_CHUNK);
         s->wo = malloc(sizeof(float) * (size_t)max_N * INT8_OUTLIER_CHUNK);
-        s->col = malloc(sizeof(float) * (size_t)(max_N + 256));
-        if (s->xq && s->sx && s->skip && s->oidx && s->xo && s->wo && s->col) return s;
+        s->row = malloc(sizeof(float) * (size_t)max_K);
+        if (s->xq && s->sx && s->skip && s->oidx && s->xo && s->wo && s->row) return s;
     }
     int8_scratch_free(s);
     core_fail(st, KVANT_ERR_NOMEM, "int8: out of memory for matmul scratch");
@@ -81,12 +81,13 @@ int8_scratch *int8_scratch_new(int max_T, int64_t max_K, int64_t max_N, kvant_st
 
 void int8_scratch_free(int8_scratch *s) {
     if (!s) return;
-    free(s->xq); free(s->sx); free(s->skip); free(s->oidx); free(s->xo); free(s->wo); free(s->col);
+    free(s->xq); free(s->sx); free(s->skip); free(s->oidx); free(s->xo); free(s->wo); free(s->row);
     free(s);
 }
 
-/* W[n][j] for all n (any computable type: the block holding j is decoded) */
-static void weight_column(const model_mat *W, int64_t j, float *out, size_t stride) {
+/* W[n][j] for all n (any computable type: the block holding j is decoded;
+ * per-row types, which have no addressable blocks, decode the row into row) */
+static void weight_column(const model_mat *W, int64_t j, float *out, size_t stride, float *row) {
     const float *f = W->data;
     if (W->type == KT_F32) {
         for (int64_t n = 0; n < W->rows; n++) out[n * stride] = f[n * W->cols + j];
@@ -94,6 +95,13 @@ static void weight_column(const model_mat *W, int64_t j, float *out, size_t stri
     }
     const kern_type_traits *tt = kern_type_get(W->type);
     const size_t rb = kern_row_bytes(W->type, W->cols);
+    if (tt->row_bytes) {
+        for (int64_t n = 0; n < W->rows; n++) {
+            tt->to_float((const uint8_t *)W->data + (size_t)n * rb, row, W->cols);
+            out[n * stride] = row[j];
+        }
+        return;
+    }
     const int64_t bs = tt->block_size, b = j / bs;
     float blk[256];
     CORE_ASSERT(bs <= 256);
@@ -169,7 +177,7 @@ int int8_matmul(core_pool *pool, int8_scratch *sc, const int8_mat *M, const floa
         for (int i = 0; i < nc; i++) {
             const int64_t k = sc->oidx[c0 + i];
             for (int t = 0; t < T; t++) sc->xo[(size_t)t * INT8_OUTLIER_CHUNK + i] = x[(size_t)t * K + k];
-            weight_column(&M->orig, k, sc->wo + i, INT8_OUTLIER_CHUNK);
+            weight_column(&M->orig, k, sc->wo + i, INT8_OUTLIER_CHUNK, sc->row);
         }
         outl_job j = {sc->xo, sc->wo, y, T, nc, M->N};
         if (pool && (double)T * (double)M->N * nc >= KERN_MT_MIN_WORK) core_pool_run(pool, outl_task, &j);

@@ -44,7 +44,7 @@ typedef struct {
     int n_out;          /* outlier columns of the last quantized x */
     float *xo;          /* (max_T, CHUNK) outlier activations */
     float *wo;          /* (max_N, CHUNK) outlier weight columns */
-    float *col;         /* (max_N + block) one weight column */
+    float *row;         /* (max_K) one decoded weight row (per-row weight types) */
 } int8_scratch;
 int8_scratch *int8_scratch_new(int max_T, int64_t max_K, int64_t max_N, kvant_status *st);
 void int8_scratch_free(int8_scratch *s);

@@ -302,6 +302,19 @@ static void test_model_8bit(void **state) {
     assert_int_equal(kvant_perplexity(mq, text, len, &pp, &rq, &st), KVANT_OK);
     assert_true(fabs(rq.ppl / r4.ppl - 1.0) < 0.02);
     kvant_model_free(mq);
+    /* LLM.int8 takes its outlier columns from the per-row weights (a low
+     * threshold makes many columns outliers) */
+    kvant_int8_params ip = kvant_int8_default();
+    ip.mode = "mixed";
+    ip.threshold = 3.0f;
+    kvant_int8 *q8 = kvant_int8_new(m4, &ip, &st);
+    assert_non_null(q8);
+    kvant_ppl_params pq = pp;
+    pq.int8 = q8;
+    kvant_ppl_result ri;
+    assert_int_equal(kvant_perplexity(m4, text, len, &pq, &ri, &st), KVANT_OK);
+    assert_true(isfinite(ri.ppl) && fabs(ri.ppl / r4.ppl - 1.0) < 0.02);
+    kvant_int8_free(q8);
     free(pruned);
     free(requant);
     kvant_model_free(m4);
