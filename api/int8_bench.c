@@ -57,7 +57,7 @@ kvant_code kvant_int8_bench(const kvant_int8_bench_params *p, kvant_int8_bench_r
     }
     for (int64_t n = 0; n < N; n++)
         kern_ops(KT_F16)->from_float(w + (size_t)n * K, (uint8_t *)w16 + kern_row_bytes(KT_F16, K) * (size_t)n, K);
-    const model_mat W = {w, KT_F32, N, K};
+    const model_mat W = {w, KT_F32, N, K, NULL};
     if ((rc = int8_mat_init(&M, &W, pool, st))) goto done;
     const float thr = p->threshold > 0 ? p->threshold : 6.0f;
     r->tier = kern_tier_name(kern_active_tier());

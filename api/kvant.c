@@ -28,6 +28,10 @@ kvant_model *kvant_model_open(const char *path, const kvant_model_params *p, kva
         free(km);
         return NULL;
     }
+    if (!(p && p->no_repack) && model_repack(km->m, st) != KVANT_OK) {
+        kvant_model_free(km);
+        return NULL;
+    }
     core_ok(st);
     return km;
 }

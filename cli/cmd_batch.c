@@ -197,7 +197,7 @@ int cmd_bench_batch(int argc, char **argv) {
         p = *end ? end + 1 : end;
     }
     kvant_status st;
-    kvant_model_params mp = {NULL, threads};
+    kvant_model_params mp = {.tokenizer_path = NULL, .n_threads = threads};
     kvant_model *m = kvant_model_open(path, &mp, &st);
     if (!m) {
         fprintf(stderr, "kvant bench-batch: %s\n", st.msg);

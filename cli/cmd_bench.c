@@ -100,7 +100,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!threads) threads = kvant_default_threads();
     kvant_status st;
-    kvant_model_params mp = {tokenizer, threads};
+    kvant_model_params mp = {.tokenizer_path = tokenizer, .n_threads = threads};
     kvant_model *m = kvant_model_open(path, &mp, &st);
     if (!m) {
         fprintf(stderr, "kvant bench: %s\n", st.msg);

@@ -41,7 +41,7 @@ int cmd_info(int argc, char **argv) {
         return CLI_USAGE;
     }
     kvant_status st;
-    kvant_model_params mp = {tokenizer, 1};
+    kvant_model_params mp = {.tokenizer_path = tokenizer, .n_threads = 1, .no_repack = 1};
     kvant_model *m = kvant_model_open(path, &mp, &st);
     if (!m) {
         fprintf(stderr, "kvant info: %s\n", st.msg);

@@ -147,7 +147,7 @@ int cmd_outliers(int argc, char **argv) {
         return CLI_USAGE;
     }
     kvant_status st;
-    kvant_model_params mp = {tokenizer, threads};
+    kvant_model_params mp = {.tokenizer_path = tokenizer, .n_threads = threads};
     kvant_model *m = kvant_model_open(path, &mp, &st);
     kvant_int8 *q8 = NULL;
     kvant_outlier_report r = {0};

@@ -89,7 +89,7 @@ int cmd_ppl(int argc, char **argv) {
     }
 
     kvant_status st;
-    kvant_model_params mp = {tokenizer, threads};
+    kvant_model_params mp = {.tokenizer_path = tokenizer, .n_threads = threads};
     kvant_model *m = kvant_model_open(path, &mp, &st), *base = NULL;
     int rc = CLI_FAIL;
     if (!m) {

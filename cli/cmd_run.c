@@ -146,7 +146,7 @@ int cmd_run(int argc, char **argv) {
     if (rc >= 0) return rc;
 
     kvant_status st;
-    kvant_model_params mp = {o.tokenizer, o.threads};
+    kvant_model_params mp = {.tokenizer_path = o.tokenizer, .n_threads = o.threads};
     kvant_model *m = kvant_model_open(o.model, &mp, &st);
     if (!m) {
         fprintf(stderr, "kvant run: %s\n", st.msg);

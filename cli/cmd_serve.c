@@ -85,7 +85,7 @@ int cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
     kvant_status st;
-    kvant_model_params mp = {tokenizer, threads};
+    kvant_model_params mp = {.tokenizer_path = tokenizer, .n_threads = threads};
     kvant_model *m = kvant_model_open(model, &mp, &st);
     if (!m) {
         fprintf(stderr, "kvant serve: %s\n", st.msg);

@@ -63,7 +63,7 @@ int cmd_stream_ppl(int argc, char **argv) {
     for (int i = 0; i < repeat; i++) memcpy(text + n1 * (size_t)i, one, n1);
     free(one);
     kvant_status st;
-    kvant_model_params mp = {NULL, threads};
+    kvant_model_params mp = {.tokenizer_path = NULL, .n_threads = threads};
     kvant_model *m = kvant_model_open(path, &mp, &st);
     int rc = CLI_FAIL;
     if (!m) {
@@ -132,7 +132,7 @@ int cmd_attn_stats(int argc, char **argv) {
         return CLI_USAGE;
     }
     kvant_status st;
-    kvant_model_params mp = {NULL, threads};
+    kvant_model_params mp = {.tokenizer_path = NULL, .n_threads = threads};
     kvant_model *m = kvant_model_open(path, &mp, &st);
     if (!m) {
         fprintf(stderr, "kvant attn-stats: %s\n", st.msg);

@@ -439,7 +439,7 @@ kvant_code prune_file(const char *in_path, const char *out_path, const prune_par
                 if (!keep) { rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory"); break; }
                 memcpy(keep, out, (size_t)(R * K) * sizeof *keep);
                 installed[l * N_MATS + i] = keep;
-                *M = (model_mat){keep, KT_F32, R, K};
+                *M = (model_mat){keep, KT_F32, R, K, NULL};
             }
         }
         if (installed) /* this layer's statistics are spent */

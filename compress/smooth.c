@@ -90,7 +90,7 @@ static model_mat scaled_copy(const model_mat *W, const float *s, const float *rd
         if (rdiv)
             for (int64_t j = 0; j < W->cols; j++) row[j] /= rdiv[n];
     }
-    return (model_mat){dst, KT_F32, W->rows, W->cols};
+    return (model_mat){dst, KT_F32, W->rows, W->cols, NULL};
 }
 
 static const float *scaled_norm(const float *g, const float *s, int C, float *dst) {

@@ -10,6 +10,7 @@
 
 #include "kernels/attn.h"
 #include "kernels/kernels.h"
+#include "kernels/repack.h"
 #include "model/model.h"
 
 model_work *model_work_new(const model *m, int max_T, int n_ctx, model_attn attn, kvant_status *st) {
@@ -66,7 +67,8 @@ static void matmul(const model *m, model_work *w, int l, model_mm_id id, const m
     if (w->tap && id != MODEL_MM_WK && id != MODEL_MM_WV && id != MODEL_MM_UP)
         w->tap(w->hook_user, l, id, x, T, (int)W->cols);
     if (w->mm_hook && w->mm_hook(w->hook_user, l, id, W, x, y, T)) return;
-    kern_matmul(m->pool, w->mm, W->data, W->type, x, y, T, W->rows, W->cols);
+    if (W->packed) kern_matmul_packed(m->pool, w->mm, W->packed, W->type, x, y, T, W->rows, W->cols);
+    else kern_matmul(m->pool, w->mm, W->data, W->type, x, y, T, W->rows, W->cols);
 }
 
 /* Attention of every segment's rows over its own cache, layer l (rows

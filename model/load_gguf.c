@@ -45,7 +45,7 @@ static kvant_code get_mat(model *m, const char *name, int64_t rows, int64_t cols
     if (!tt || !tt->to_float || !tt->vec_dot_ref)
         return core_fail(st, KVANT_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which kvant cannot compute with yet",
                          path, name, kern_type_name(t->type));
-    *out = (model_mat){t->data, t->type, rows, cols};
+    *out = (model_mat){t->data, t->type, rows, cols, NULL};
     return KVANT_OK;
 }
 

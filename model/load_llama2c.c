@@ -51,7 +51,7 @@ static void add_tensor(model *m, const char *name, int64_t ne0, int64_t ne1) {
 }
 
 static model_mat mat(const float *base, int64_t layer, int64_t rows, int64_t cols) {
-    return (model_mat){base + layer * rows * cols, KT_F32, rows, cols};
+    return (model_mat){base + layer * rows * cols, KT_F32, rows, cols, NULL};
 }
 
 kvant_code model_load_llama2c(model *m, const char *path, const char *tokenizer_path, kvant_status *st) {

@@ -42,6 +42,8 @@ void model_close(model *m) {
     gguf_close(m->gguf);
     core_unmap(&m->map);
     free(m->owned);
+    for (int i = 0; i < m->n_packed; i++) free(m->packed[i]);
+    free(m->packed);
     free(m->layers);
     free(m->tensors);
     free(m);

@@ -32,6 +32,9 @@ typedef struct {
     const void *data;
     int type;
     int64_t rows, cols;
+    /* non-NULL: the same matrix repacked in groups of 8 rows (kernels/repack.h),
+     * which the forward pass multiplies with; data stays valid for everything else */
+    const void *packed;
 } model_mat;
 
 typedef struct {
@@ -68,6 +71,9 @@ typedef struct model {
     gguf_ctx *gguf;
     core_map map;             /* llama2.c checkpoints */
     float *owned;             /* norms converted to F32 (freed at close) */
+    void **packed;            /* model_repack's buffers (n_packed of them) */
+    int n_packed;
+    size_t packed_bytes;
     core_pool *pool;
 } model;
 
@@ -76,6 +82,12 @@ typedef struct model {
  * unless tokenizer.bin sits beside the model).  n_threads: 0 = all CPUs. */
 model *model_open(const char *path, const char *tokenizer_path, int n_threads, kvant_status *st);
 void model_close(model *m);
+/* Repacks every layer matrix (and the classifier) whose type has a packed
+ * layout (kernels/repack.h) for the forward pass, and lets the kernel drop
+ * the mmap'd pages of the originals (they are read back from the file if
+ * anything else reads them), so memory stays about the file's size.  The
+ * environment variable KVANT_REPACK=0 turns it off (A/B measurements). */
+kvant_code model_repack(model *m, kvant_status *st);
 
 /* loaders (model/load_*.c); on success they fill cfg, weights and tensors */
 kvant_code model_load_gguf(model *m, const char *path, kvant_status *st);

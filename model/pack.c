@@ -1,0 +1,62 @@
+/* pack.c - model_repack: the layer matrices in the matmul's packed layout. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "kernels/kernels.h"
+#include "kernels/repack.h"
+#include "model/model.h"
+
+typedef struct {
+    const model_mat *w;
+    void *dst;
+} pack_job;
+
+static void pack_task(void *ctx, int ith, int nth) {
+    const pack_job *j = ctx;
+    int64_t lo, hi;
+    core_split((j->w->rows + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS, ith, nth, &lo, &hi);
+    kern_pack(j->w->data, j->w->type, j->w->rows, j->w->cols, j->dst, lo, hi);
+}
+
+/* the whole pages inside [p, p + n): given back to the kernel (a private
+ * read-only file mapping: they are read from the file again if touched) */
+static void drop_pages(const void *p, size_t n) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1), b = ((uintptr_t)p + n) & ~(page - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+static kvant_code pack_one(model *m, model_mat *w, bool drop, kvant_status *st) {
+    if (!w->data || w->packed || !kern_pack_supported(w->type) || w->cols % 32) return KVANT_OK;
+    const size_t bytes = kern_pack_bytes(w->type, w->rows, w->cols);
+    void *dst = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    void **list = realloc(m->packed, (size_t)(m->n_packed + 1) * sizeof *list);
+    if (!dst || !list) {
+        free(dst);
+        if (list) m->packed = list;
+        return core_fail(st, KVANT_ERR_NOMEM, "cannot allocate %zu bytes to repack a weight matrix", bytes);
+    }
+    m->packed = list;
+    pack_job j = {w, dst};
+    core_pool_run(m->pool, pack_task, &j);
+    m->packed[m->n_packed++] = dst;
+    m->packed_bytes += bytes;
+    w->packed = dst;
+    if (drop && m->gguf) drop_pages(w->data, kern_row_bytes(w->type, w->cols) * (size_t)w->rows);
+    return KVANT_OK;
+}
+
+kvant_code model_repack(model *m, kvant_status *st) {
+    const char *env = getenv("KVANT_REPACK");
+    if (env && !strcmp(env, "0")) return KVANT_OK;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        model_layer *L = &m->layers[l];
+        model_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
+            if (pack_one(m, mats[i], true, st) != KVANT_OK) return st->code;
+    }
+    /* a tied classifier shares its rows with the embedding, which stays in use */
+    return pack_one(m, &m->output, !m->tied_output, st);
+}

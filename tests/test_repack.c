@@ -1,0 +1,186 @@
+/* test_repack.c - weights packed in groups of 8 rows (kernels/repack.h):
+ *  1. pack / unpack round-trips every row, missing rows of the last group are zero;
+ *  2. every tier's kern_matmul_packed is bit-identical to kern_matmul_packed_ref
+ *     for T = 1..9 (each tile width and the tails), N with a partial group,
+ *     threaded and not, and a T = 1 call equals that row of a batched call;
+ *  3. the packed ref equals the spec written out once more here (integer
+ *     dot per block, fmaf in block order) on a few outputs;
+ *  4. kern_matmul_packed vs kern_matmul_ref (dequantized weights, float
+ *     activations): the bound of the activation rounding and summation. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "kernels/kernels.h"
+#include "kernels/quants.h"
+#include "kernels/repack.h"
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static const int TYPES[] = {KT_Q8_0, KT_Q4_0};
+
+/* N x K weights of type t from random floats; Q8_0 rows also get a few -128 bytes */
+static uint8_t *make_weights(int t, int64_t N, int64_t K) {
+    const size_t rb = kern_row_bytes(t, K);
+    uint8_t *W = malloc(rb * (size_t)N);
+    float *row = malloc(sizeof(float) * (size_t)K);
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k++) row[k] = frand() * (1.0f + (float)(n % 3));
+        kern_type_get(t)->from_float_ref(row, W + (size_t)n * rb, K);
+        if (t == KT_Q8_0) ((block_q8_0 *)(W + (size_t)n * rb))[0].qs[n % 32] = -128;
+    }
+    free(row);
+    return W;
+}
+
+static void test_roundtrip(void **state) {
+    (void)state;
+    const int64_t Ns[] = {8, 13, 172}, K = 96;
+    for (int ti = 0; ti < 2; ti++)
+        for (int ni = 0; ni < 3; ni++) {
+            const int t = TYPES[ti];
+            const int64_t N = Ns[ni];
+            const size_t rb = kern_row_bytes(t, K);
+            uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K)), *row = malloc(rb);
+            assert_int_equal(kern_pack_bytes(t, N, K), ((N + 7) / 8) * 8 * rb);
+            const int64_t G = (N + 7) / 8;
+            kern_pack(W, t, N, K, P, 0, G / 2); /* two ranges, as two threads would */
+            kern_pack(W, t, N, K, P, G / 2, G);
+            for (int64_t n = 0; n < N; n++) {
+                kern_unpack_row(P, t, G * 8, K, n, row);
+                assert_memory_equal(row, W + (size_t)n * rb, rb);
+            }
+            for (int64_t n = N; n < G * 8; n++) { /* padding rows: d = 0, q = 0 */
+                kern_unpack_row(P, t, G * 8, K, n, row);
+                for (size_t i = 0; i < rb; i++) assert_int_equal(row[i], 0);
+            }
+            free(W); free(P); free(row);
+        }
+}
+
+/* the spec once more, independently of repack.c: original rows, fmaf per block */
+static float spec_dot(int t, const uint8_t *wrow, const block_q8_0 *a, int64_t K) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < K / 32; b++) {
+        int32_t isum = 0;
+        float dw;
+        if (t == KT_Q8_0) {
+            const block_q8_0 *w = (const block_q8_0 *)wrow + b;
+            for (int i = 0; i < 32; i++) isum += w->qs[i] * a[b].qs[i];
+            dw = kern_fp16_to_fp32(w->d);
+        } else {
+            const block_q4_0 *w = (const block_q4_0 *)wrow + b;
+            for (int i = 0; i < 16; i++)
+                isum += ((w->qs[i] & 15) - 8) * a[b].qs[i] + ((w->qs[i] >> 4) - 8) * a[b].qs[i + 16];
+            dw = kern_fp16_to_fp32(w->d);
+        }
+        acc = fmaf((float)isum, dw * kern_fp16_to_fp32(a[b].d), acc);
+    }
+    return acc;
+}
+
+static void test_tiers_bit_identical(void **state) {
+    (void)state;
+    enum { TMAX = 9 };
+    const int64_t Ns[] = {8, 21, 64}, Ks[] = {32, 160, 512};
+    core_pool *pool = core_pool_new(2);
+    const kern_tier best = kern_best_tier();
+    for (int ti = 0; ti < 2; ti++)
+        for (int ni = 0; ni < 3; ni++)
+            for (int ki = 0; ki < 3; ki++) {
+                const int t = TYPES[ti];
+                const int64_t N = Ns[ni], K = Ks[ki];
+                uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
+                kern_pack(W, t, N, K, P, 0, (N + 7) / 8);
+                float *x = malloc(sizeof(float) * TMAX * K), *yr = malloc(sizeof(float) * TMAX * N),
+                      *y = malloc(sizeof(float) * TMAX * N), *y1 = malloc(sizeof(float) * N);
+                for (int i = 0; i < TMAX * K; i++) x[i] = frand() * 3.0f;
+                void *scratch = malloc(kern_matmul_scratch_bytes(TMAX, K));
+                for (int T = 1; T <= TMAX; T++) {
+                    kern_matmul_packed_ref(P, t, x, yr, T, N, K);
+                    /* the spec, on a few outputs */
+                    block_q8_0 *aq = malloc(sizeof(block_q8_0) * (size_t)(K / 32));
+                    for (int tt = 0; tt < T; tt += 3) {
+                        kern_type_get(KT_Q8_0)->from_float_ref(x + tt * K, aq, K);
+                        for (int64_t n = 0; n < N; n += 5) {
+                            const float s = spec_dot(t, W + (size_t)n * kern_row_bytes(t, K), aq, K);
+                            if (memcmp(&s, &yr[tt * N + n], 4))
+                                fail_msg("%s packed ref != spec at [%d][%d]: %.9g vs %.9g", kern_type_name(t), tt,
+                                         (int)n, yr[tt * N + n], s);
+                        }
+                    }
+                    free(aq);
+                    for (int tier = KERN_TIER_REF; tier <= (int)best; tier++) {
+                        assert_true(kern_set_tier((kern_tier)tier));
+                        for (int threaded = 0; threaded < 2; threaded++) {
+                            memset(y, 0xff, sizeof(float) * TMAX * N);
+                            kern_matmul_packed(threaded ? pool : NULL, scratch, P, t, x, y, T, N, K);
+                            if (memcmp(y, yr, sizeof(float) * (size_t)T * (size_t)N))
+                                fail_msg("%s tier %s T=%d N=%d K=%d: not bit-identical to the packed ref",
+                                         kern_type_name(t), kern_tier_name((kern_tier)tier), T, (int)N, (int)K);
+                        }
+                        /* one row alone == that row of the batch */
+                        kern_matmul_packed(pool, scratch, P, t, x + (T - 1) * K, y1, 1, N, K);
+                        assert_memory_equal(y1, yr + (size_t)(T - 1) * (size_t)N, sizeof(float) * (size_t)N);
+                    }
+                    kern_set_tier(best);
+                }
+                free(W); free(P); free(x); free(yr); free(y); free(y1); free(scratch);
+            }
+    core_pool_free(pool);
+}
+
+/* packed (threaded, best tier) vs kern_matmul_ref.  Bound per output, with
+ * amax = max |x|, the activation rounding error per element is at most
+ * amax / 254 (Q8_0: d = amax / 127, round to nearest), so
+ *   |dy| <= sum|w| * amax / 254 + 4 (K + 2) 2^-24 sum|w a|
+ * (the second term: float summation in two different orders). */
+static void test_vs_matmul_ref(void **state) {
+    (void)state;
+    enum { N = 37, K = 256, T = 6 };
+    core_pool *pool = core_pool_new(2);
+    for (int ti = 0; ti < 2; ti++) {
+        const int t = TYPES[ti];
+        uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
+        kern_pack(W, t, N, K, P, 0, (N + 7) / 8);
+        float *x = malloc(sizeof(float) * T * K), *y = malloc(sizeof(float) * T * N), *yr = malloc(sizeof(float) * T * N),
+              *wd = malloc(sizeof(float) * N * K);
+        for (int i = 0; i < T * K; i++) x[i] = frand() * 2.0f;
+        for (int n = 0; n < N; n++) kern_type_get(t)->to_float(W + (size_t)n * kern_row_bytes(t, K), wd + n * K, K);
+        void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
+        kern_matmul_packed(pool, scratch, P, t, x, y, T, N, K);
+        kern_matmul_ref(W, t, x, yr, T, N, K);
+        for (int tt = 0; tt < T; tt++) {
+            float amax = 0;
+            for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(x[tt * K + k]));
+            for (int n = 0; n < N; n++) {
+                double sw = 0, swa = 0;
+                for (int k = 0; k < K; k++) {
+                    sw += fabs(wd[n * K + k]);
+                    swa += fabs(wd[n * K + k] * x[tt * K + k]);
+                }
+                const double tol = sw * amax / 254.0 * 1.01 + 4.0 * (K + 2) * ldexp(1.0, -24) * swa;
+                if (fabs(y[tt * N + n] - yr[tt * N + n]) > tol)
+                    fail_msg("%s: y[%d][%d] %.9g vs ref %.9g (tol %.3g)", kern_type_name(t), tt, n, y[tt * N + n],
+                             yr[tt * N + n], tol);
+            }
+        }
+        free(W); free(P); free(x); free(y); free(yr); free(wd); free(scratch);
+    }
+    core_pool_free(pool);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_tiers_bit_identical),
+        cmocka_unit_test(test_vs_matmul_ref),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
