@@ -14,101 +14,213 @@
 #define PACK_X86 0
 #endif
 
-bool kern_pack_supported(int wtype) { return wtype == KT_Q8_0 || wtype == KT_Q4_0; }
+/* ---- the packed layouts as data ------------------------------------------------
+ * A packed block is a set of fields, each copied from the (canonical)
+ * source block in chunks: chunk j of row r of a field lands at
+ * dst + (8 j + r) * chunk.  Q4_K's canonical block has its 12 scale bytes
+ * unpacked (k4_canon); the others are the file's block as is. */
+typedef struct {
+    uint16_t src, bytes, chunk, dst;
+} pack_field;
 
-/* bytes of one packed block of 8 rows, and of a source block */
-static size_t xblock_bytes(int wtype) { return KERN_PACK_ROWS * kern_type_get(wtype)->type_size; }
+typedef struct {
+    int wtype, atype; /* weights, activations (the type's vec_dot_type) */
+    int64_t qk;       /* elements per block */
+    size_t cb, xb;    /* bytes of a canonical block of one row, of a packed block of 8 */
+    int n_ax;         /* int32 extras per activation block (kernels/repack.h) */
+    int nf;
+    pack_field f[5];
+} pack_desc;
+
+/* Q4_K canonical block: d @0, dmin @2, sc[8] @4, m[8] @12, qs[128] @20 */
+enum { K4C_BYTES = 148 };
+
+static const pack_desc DESCS[] = {
+    {KT_Q8_0, KT_Q8_0, 32, 34, 272, 0, 2, {{0, 2, 2, 0}, {2, 32, 4, 16}}},
+    {KT_Q4_0, KT_Q8_0, 32, 18, 144, 1, 2, {{0, 2, 2, 0}, {2, 16, 4, 16}}},
+    {KT_Q4_K, KT_Q8_K, QK_K, K4C_BYTES, 1184, 4, 5,
+     {{0, 2, 2, 0}, {2, 2, 2, 16}, {4, 8, 1, 32}, {12, 8, 2, 96}, {20, 128, 4, 160}}},
+    {KT_Q6_K, KT_Q8_K, QK_K, sizeof(block_q6_K), 1680, 0, 4,
+     {{208, 2, 2, 0}, {192, 16, 1, 16}, {0, 128, 4, 144}, {128, 64, 4, 1168}}},
+};
+static_assert(offsetof(block_q6_K, qh) == 128 && offsetof(block_q6_K, scales) == 192 && offsetof(block_q6_K, d) == 208,
+              "block_q6_K layout");
+
+static const pack_desc *desc_of(int wtype) {
+    for (size_t i = 0; i < sizeof DESCS / sizeof *DESCS; i++)
+        if (DESCS[i].wtype == wtype) return &DESCS[i];
+    return NULL;
+}
+
+bool kern_pack_supported(int wtype) { return desc_of(wtype) != NULL; }
+
 static int64_t n_groups(int64_t N) { return (N + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS; }
 
 size_t kern_pack_bytes(int wtype, int64_t N, int64_t K) {
-    CORE_ASSERT(kern_pack_supported(wtype) && K % 32 == 0);
-    return (size_t)n_groups(N) * (size_t)(K / 32) * xblock_bytes(wtype);
+    const pack_desc *D = desc_of(wtype);
+    CORE_ASSERT(D && K % D->qk == 0);
+    return (size_t)n_groups(N) * (size_t)(K / D->qk) * D->xb;
 }
 
-/* qs bytes of a source block and the chunk width the packed block interleaves */
-static size_t qs_bytes(int wtype) { return wtype == KT_Q8_0 ? 32 : 16; }
+/* Q4_K block <-> canonical block (scales unpacked; a bijection) */
+static void k4_canon(const block_q4_K *b, uint8_t c[K4C_BYTES]) {
+    memcpy(c, &b->d, 2);
+    memcpy(c + 2, &b->dmin, 2);
+    for (int s = 0; s < 8; s++) kern_k4_scale_min(s, b->scales, c + 4 + s, c + 12 + s);
+    memcpy(c + 20, b->qs, sizeof b->qs);
+}
+
+static void k4_uncanon(const uint8_t c[K4C_BYTES], block_q4_K *b) {
+    const uint8_t *sc = c + 4, *m = c + 12;
+    memcpy(&b->d, c, 2);
+    memcpy(&b->dmin, c + 2, 2);
+    for (int j = 0; j < 4; j++) {
+        b->scales[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        b->scales[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+        b->scales[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+    }
+    memcpy(b->qs, c + 20, sizeof b->qs);
+}
 
 void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1) {
-    const int64_t nb = K / 32;
-    const size_t sb = kern_type_get(wtype)->type_size, xb = xblock_bytes(wtype), nq = qs_bytes(wtype);
-    const size_t row = (size_t)nb * sb;
+    const pack_desc *D = desc_of(wtype);
+    CORE_ASSERT(D && K % D->qk == 0);
+    const int64_t nb = K / D->qk;
+    const size_t sb = kern_type_get(wtype)->type_size, row = (size_t)nb * sb;
+    uint8_t canon[K4C_BYTES];
     for (int64_t g = g0; g < g1; g++) {
-        uint8_t *o = (uint8_t *)dst + (size_t)g * (size_t)nb * xb;
-        for (int64_t b = 0; b < nb; b++, o += xb) {
-            memset(o, 0, xb);
+        uint8_t *o = (uint8_t *)dst + (size_t)g * (size_t)nb * D->xb;
+        for (int64_t b = 0; b < nb; b++, o += D->xb) {
+            memset(o, 0, D->xb);
             for (int r = 0; r < KERN_PACK_ROWS; r++) {
                 const int64_t n = g * KERN_PACK_ROWS + r;
-                if (n >= N) break; /* missing rows of the last group: d = 0, q = 0 */
+                if (n >= N) break; /* missing rows of the last group: all zero (scales 0) */
                 const uint8_t *s = (const uint8_t *)W + (size_t)n * row + (size_t)b * sb;
-                memcpy(o + 2 * r, s, 2); /* d */
-                for (size_t j = 0; j < nq / 4; j++) memcpy(o + 16 + 32 * j + 4 * (size_t)r, s + 2 + 4 * j, 4);
+                if (wtype == KT_Q4_K) {
+                    k4_canon((const block_q4_K *)s, canon);
+                    s = canon;
+                }
+                for (int f = 0; f < D->nf; f++) {
+                    const pack_field *F = &D->f[f];
+                    for (size_t j = 0; j < (size_t)(F->bytes / F->chunk); j++)
+                        memcpy(o + F->dst + (KERN_PACK_ROWS * j + (size_t)r) * F->chunk, s + F->src + j * F->chunk,
+                               F->chunk);
+                }
             }
         }
     }
 }
 
 void kern_unpack_row(const void *P, int wtype, int64_t N, int64_t K, int64_t n, void *rowp) {
-    CORE_ASSERT(n >= 0 && n < N);
-    const int64_t nb = K / 32, g = n / KERN_PACK_ROWS;
-    const int r = (int)(n % KERN_PACK_ROWS);
-    const size_t sb = kern_type_get(wtype)->type_size, xb = xblock_bytes(wtype), nq = qs_bytes(wtype);
-    const uint8_t *o = (const uint8_t *)P + (size_t)g * (size_t)nb * xb;
-    for (int64_t b = 0; b < nb; b++, o += xb) {
-        uint8_t *s = (uint8_t *)rowp + (size_t)b * sb;
-        memcpy(s, o + 2 * r, 2);
-        for (size_t j = 0; j < nq / 4; j++) memcpy(s + 2 + 4 * j, o + 16 + 32 * j + 4 * (size_t)r, 4);
+    const pack_desc *D = desc_of(wtype);
+    CORE_ASSERT(D && K % D->qk == 0 && n >= 0 && n < N);
+    const int64_t nb = K / D->qk, g = n / KERN_PACK_ROWS;
+    const size_t r = (size_t)(n % KERN_PACK_ROWS), sb = kern_type_get(wtype)->type_size;
+    const uint8_t *o = (const uint8_t *)P + (size_t)g * (size_t)nb * D->xb;
+    uint8_t canon[K4C_BYTES];
+    for (int64_t b = 0; b < nb; b++, o += D->xb) {
+        uint8_t *s = (uint8_t *)rowp + (size_t)b * sb, *c = wtype == KT_Q4_K ? canon : s;
+        for (int f = 0; f < D->nf; f++) {
+            const pack_field *F = &D->f[f];
+            for (size_t j = 0; j < (size_t)(F->bytes / F->chunk); j++)
+                memcpy(c + F->src + j * F->chunk, o + F->dst + (KERN_PACK_ROWS * j + r) * F->chunk, F->chunk);
+        }
+        if (wtype == KT_Q4_K) k4_uncanon(canon, (block_q4_K *)s);
     }
 }
 
 /* ---- the reference tile: the spec, one output at a time ---------------------- */
-/* weight value q (as stored minus the offset) of row r, element i of packed block w */
-static int wq(int wtype, const uint8_t *w, int r, int i) {
-    if (wtype == KT_Q8_0) return (int8_t)w[16 + 32 * (i / 4) + 4 * r + i % 4];
-    const int hi = i >= 16, e = i % 16; /* element e (low nibble) or 16 + e (high) of byte e */
-    const uint8_t byte = w[16 + 32 * (e / 4) + 4 * r + e % 4];
-    return (hi ? byte >> 4 : byte & 15) - 8;
+/* byte of chunked field at @off: row r's byte i of the field */
+static uint8_t chunked(const uint8_t *w, size_t off, int r, int i) {
+    return w[off + 32 * (size_t)(i / 4) + 4 * (size_t)r + (size_t)(i % 4)];
 }
 
-static void tile_ref(int wtype, int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a,
-                     size_t ba, const float *ad, size_t bn) {
-    const size_t xb = xblock_bytes(wtype);
-    for (int c = 0; c < C; c++)
-        for (int r = 0; r < KERN_PACK_ROWS; r++) {
-            float acc = 0.0f;
-            for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *wb = w + (size_t)b * xb;
-                const block_q8_0 *ab = (const block_q8_0 *)(a + (size_t)c * ba) + b;
-                int32_t isum = 0;
-                for (int i = 0; i < 32; i++) isum += wq(wtype, wb, r, i) * ab->qs[i];
-                kern_half dw;
-                memcpy(&dw, wb + 2 * r, 2);
-                acc = fmaf((float)isum, kern_fp16_to_fp32(dw) * ad[(size_t)c * bn + (size_t)b], acc);
+/* weight value q (as stored minus the offset, Q4_0 / Q8_0) of row r, element i of packed block w */
+static int wq(int wtype, const uint8_t *w, int r, int i) {
+    if (wtype == KT_Q8_0) return (int8_t)chunked(w, 16, r, i);
+    const uint8_t byte = chunked(w, 16, r, i % 16); /* element i (low nibble) or 16 + i (high) of byte i */
+    return (i >= 16 ? byte >> 4 : byte & 15) - 8;
+}
+
+static float fp16_at(const uint8_t *p) {
+    kern_half h;
+    memcpy(&h, p, 2);
+    return kern_fp16_to_fp32(h);
+}
+
+/* Q4_K: q (0..15) of row r, element e; Q6_K: q (0..63), offset not removed */
+static int q4k(const uint8_t *w, int r, int e) {
+    const uint8_t byte = chunked(w, 160, r, 32 * (e / 64) + e % 32);
+    return e % 64 < 32 ? byte & 15 : byte >> 4;
+}
+static int q6k(const uint8_t *w, int r, int e) {
+    const int h = e / 128, qq = (e % 128) / 32, l = e % 32;
+    const uint8_t lo = chunked(w, 144, r, 64 * h + l + 32 * (qq & 1)), hi = chunked(w, 1168, r, 32 * h + l);
+    return ((qq >> 1 ? lo >> 4 : lo & 15) | (((hi >> (2 * qq)) & 3) << 4));
+}
+
+static float out_ref(const pack_desc *D, int64_t nb, int r, const uint8_t *w, const uint8_t *a) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *wb = w + (size_t)b * D->xb;
+        if (D->atype == KT_Q8_0) {
+            const block_q8_0 *ab = (const block_q8_0 *)a + b;
+            int32_t isum = 0;
+            for (int i = 0; i < 32; i++) isum += wq(D->wtype, wb, r, i) * ab->qs[i];
+            acc = fmaf((float)isum, fp16_at(wb + 2 * r) * kern_fp16_to_fp32(ab->d), acc);
+        } else if (D->wtype == KT_Q4_K) {
+            const block_q8_K *ab = (const block_q8_K *)a + b;
+            int32_t I = 0, M = 0;
+            for (int s = 0; s < 8; s++) {
+                int32_t qa = 0;
+                for (int e = 32 * s; e < 32 * s + 32; e++) qa += q4k(wb, r, e) * ab->qs[e];
+                I += wb[32 + 8 * s + r] * qa;
+                M += wb[96 + 16 * (s / 2) + 2 * r + s % 2] * (ab->bsums[2 * s] + ab->bsums[2 * s + 1]);
             }
-            y[(size_t)c * ldy + (size_t)r] = acc;
+            acc = fmaf((float)I, fp16_at(wb + 2 * r) * ab->d, acc);
+            acc = fmaf((float)M, -(fp16_at(wb + 16 + 2 * r) * ab->d), acc);
+        } else { /* Q6_K */
+            const block_q8_K *ab = (const block_q8_K *)a + b;
+            int32_t I = 0;
+            for (int s = 0; s < 16; s++) {
+                int32_t qa = 0;
+                for (int e = 16 * s; e < 16 * s + 16; e++) qa += (q6k(wb, r, e) - 32) * ab->qs[e];
+                I += (int8_t)wb[16 + 8 * s + r] * qa;
+            }
+            acc = fmaf((float)I, fp16_at(wb + 2 * r) * ab->d, acc);
         }
+    }
+    return acc;
+}
+
+static void tile_ref(const pack_desc *D, int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a,
+                     size_t ba) {
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < KERN_PACK_ROWS; r++) y[(size_t)c * ldy + (size_t)r] = out_ref(D, nb, r, w, a + (size_t)c * ba);
 }
 
 /* ---- driver -------------------------------------------------------------------------- */
 typedef struct {
-    int wtype;
+    const pack_desc *D;
     kern_pack_tile_fn tile; /* NULL: tile_ref */
     const uint8_t *P;
-    const uint8_t *a;       /* T Q8_0 rows */
+    const uint8_t *a;       /* T activation rows (D->atype) */
     const float *ad;        /* T x nb scales */
-    const int32_t *as;      /* T x nb sums of q */
+    const int32_t *as;      /* T x nb x D->n_ax extras */
     float *y;
     int T;
     int64_t N, nb;
+    size_t ba;              /* bytes of an activation row */
 } pack_job;
 
 /* one group against activation rows t0 .. t0+C-1 */
 static void group_tile(const pack_job *j, int64_t g, int t0, int C, float *y, size_t ldy) {
-    const size_t ba = (size_t)j->nb * sizeof(block_q8_0), bn = (size_t)j->nb;
-    const uint8_t *w = j->P + (size_t)g * (size_t)j->nb * xblock_bytes(j->wtype);
-    const uint8_t *a = j->a + (size_t)t0 * ba;
-    const float *ad = j->ad + (size_t)t0 * bn;
-    if (j->tile) j->tile(j->nb, C, y, ldy, w, a, ba, ad, j->as + (size_t)t0 * bn, bn);
-    else tile_ref(j->wtype, j->nb, C, y, ldy, w, a, ba, ad, bn);
+    const size_t bn = (size_t)j->nb;
+    const uint8_t *w = j->P + (size_t)g * (size_t)j->nb * j->D->xb;
+    const uint8_t *a = j->a + (size_t)t0 * j->ba;
+    if (j->tile)
+        j->tile(j->nb, C, y, ldy, w, a, j->ba, j->ad + (size_t)t0 * bn, j->as + (size_t)t0 * bn * (size_t)j->D->n_ax, bn);
+    else tile_ref(j->D, j->nb, C, y, ldy, w, a, j->ba);
 }
 
 static void pack_task(void *ctx, int ith, int nth) {
@@ -132,38 +244,68 @@ static void pack_task(void *ctx, int ith, int nth) {
     }
 }
 
-/* Q8_0 activations and their per-block scales and sums: scratch holds the
- * T rows, then T*nb floats, then T*nb int32 (<= 1.32 K bytes per row) */
-static void prep_acts(const kern_from_float_fn quant, const float *x, void *scratch, int T, int64_t K, pack_job *j) {
-    const int64_t nb = K / 32;
+static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* Activations in the weight type's activation type, with per block its
+ * scale as float and D->n_ax int32 extras (kernels/repack.h).  scratch:
+ * the T rows, then T*nb floats, then the extras, each 64-byte aligned
+ * (Q8_0: <= 1.32 bytes per element, Q8_K: <= 1.22, plus 128 of padding;
+ * the asserting caller checks kern_matmul_scratch_bytes). */
+static void prep_acts(const pack_desc *D, const kern_from_float_fn quant, const float *x, void *scratch, int T,
+                      int64_t K, pack_job *j) {
+    const int64_t nb = K / D->qk;
+    const size_t ab = kern_type_get(D->atype)->type_size, rowb = (size_t)nb * ab;
     uint8_t *a = scratch;
-    float *ad = (float *)(a + (size_t)T * (size_t)nb * sizeof(block_q8_0));
-    int32_t *as = (int32_t *)(ad + (size_t)T * (size_t)nb);
+    float *ad = (float *)(a + up64((size_t)T * rowb));
+    int32_t *as = (int32_t *)((uint8_t *)ad + up64((size_t)T * (size_t)nb * sizeof(float)));
     for (int t = 0; t < T; t++) {
-        block_q8_0 *row = (block_q8_0 *)(a + (size_t)t * (size_t)nb * sizeof(block_q8_0));
+        uint8_t *row = a + (size_t)t * rowb;
         quant(x + (size_t)t * (size_t)K, row, K);
         for (int64_t b = 0; b < nb; b++) {
-            int32_t s = 0;
-            for (int i = 0; i < 32; i++) s += row[b].qs[i];
-            ad[(size_t)t * (size_t)nb + (size_t)b] = kern_fp16_to_fp32(row[b].d);
-            as[(size_t)t * (size_t)nb + (size_t)b] = s;
+            const size_t k = (size_t)t * (size_t)nb + (size_t)b;
+            if (D->atype == KT_Q8_0) {
+                const block_q8_0 *q = (const block_q8_0 *)row + b;
+                ad[k] = kern_fp16_to_fp32(q->d);
+                if (D->n_ax == 1) { /* Q4_0: the block's sum of q */
+                    int32_t s = 0;
+                    for (int i = 0; i < 32; i++) s += q->qs[i];
+                    as[k] = s;
+                }
+            } else {
+                const block_q8_K *q = (const block_q8_K *)row + b;
+                ad[k] = q->d;
+                if (D->n_ax == 4) /* Q4_K: sums over the 32-element sub-blocks, in int16 pairs */
+                    for (int p = 0; p < 4; p++) {
+                        const int16_t pr[2] = {(int16_t)(q->bsums[4 * p] + q->bsums[4 * p + 1]),
+                                               (int16_t)(q->bsums[4 * p + 2] + q->bsums[4 * p + 3])};
+                        memcpy(&as[k * 4 + (size_t)p], pr, 4);
+                    }
+            }
         }
     }
     j->a = a;
     j->ad = ad;
     j->as = as;
+    j->ba = rowb;
 }
 
 static void run(core_pool *pool, void *scratch, const void *P, int wtype, const float *x, float *y, int T, int64_t N,
                 int64_t K, bool ref) {
-    CORE_ASSERT(kern_pack_supported(wtype) && K % 32 == 0 && T >= 1);
-    CORE_ASSERT((size_t)T * (size_t)(K / 32) * (sizeof(block_q8_0) + 8) <= kern_matmul_scratch_bytes(T, K));
-    pack_job j = {.wtype = wtype, .P = P, .y = y, .T = T, .N = N, .nb = K / 32};
+    const pack_desc *D = desc_of(wtype);
+    CORE_ASSERT(D && K % D->qk == 0 && T >= 1);
+    const size_t nbT = (size_t)T * (size_t)(K / D->qk);
+    CORE_ASSERT(up64(nbT * kern_type_get(D->atype)->type_size) + up64(nbT * 4) + nbT * 4 * (size_t)D->n_ax <=
+                kern_matmul_scratch_bytes(T, K));
+    pack_job j = {.D = D, .P = P, .y = y, .T = T, .N = N, .nb = K / D->qk};
 #if PACK_X86
     if (!ref && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
 #endif
-    /* the Q8_0 quantizer gives the same bytes at every tier (kernels/types.h) */
-    prep_acts(ref ? kern_type_get(KT_Q8_0)->from_float_ref : kern_ops(KT_Q8_0)->from_float, x, scratch, T, K, &j);
+    /* the _ref quantizers: the Q8_0 one gives the same bytes at every tier
+     * (kernels/types.h); Q8_K has only _ref (its cost is O(T K), the
+     * matmul's O(T K N)) */
+    prep_acts(D, ref ? kern_type_get(D->atype)->from_float_ref : D->atype == KT_Q8_0 ? kern_ops(KT_Q8_0)->from_float
+                                                                                   : kern_type_get(D->atype)->from_float_ref,
+              x, scratch, T, K, &j);
     if (pool && !ref && (double)N * (double)K * T >= KERN_MT_MIN_WORK) core_pool_run(pool, pack_task, &j);
     else pack_task(&j, 0, 1);
 }

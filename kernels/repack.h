@@ -8,28 +8,60 @@
  * the conversion and scaling cost one instruction per block for 8 outputs.
  * llama.cpp repacks Q4_0 the same way at load (its "CPU_REPACK" buffers).
  *
- * Packed layout (G = ceil(N / 8) groups, nb = K / 32 blocks per row): group
- * g holds rows 8g .. 8g+7 (missing rows of the last group are zero), block
- * after block; one packed block of the group:
+ * Packed layout (G = ceil(N / 8) groups, nb = K / QB blocks per row, QB =
+ * 32 for Q4_0 / Q8_0 and 256 for the K-quants): group g holds rows 8g ..
+ * 8g+7 (missing rows of the last group are zero), block after block; one
+ * packed block of the group ("chunk j of row r" = the row's bytes 4j ..
+ * 4j+3 of that field, stored at [j][r][4], so one 32-byte load holds the
+ * same 4 byte positions of the 8 rows):
  *   Q8_0x8 (272 bytes): d[8] (fp16, row r's scale), qs[8][32]: chunk j
  *       (k = 4j .. 4j+3) of row r at qs[j][4r .. 4r+3]
  *   Q4_0x8 (144 bytes): d[8], qs[4][32]: byte qs[j][4r + i] is row r's
  *       Q4_0 byte 4j+i, i.e. element 4j+i in the low nibble and element
  *       16+4j+i in the high nibble (x = (q - 8) d)
- * The packed bytes are a permutation of the Q8_0 / Q4_0 blocks, so the
- * packed matrix has the file's size.
+ *   Q4_Kx8 (1184 bytes; 148 per row vs the file's 144, +2.8%):
+ *       @0 d[8], @16 dmin[8] (fp16), @32 sc[8 s][8 r] (uint8, 6-bit,
+ *       unpacked from the 12 scale bytes), @96 m[4 p][8 r][2] (row r's
+ *       mins of sub-blocks 2p, 2p+1 side by side), @160 qs[32 j][8 r][4]
+ *       (the row's qs in chunks: byte 32i + l holds element 64i + l in
+ *       the low nibble, 64i + 32 + l in the high one)
+ *   Q6_Kx8 (1680 bytes = the file's 8 x 210):
+ *       @0 d[8], @16 sc[16 s][8 r] (int8), @144 ql[32 j][8 r][4],
+ *       @1168 qh[16 j][8 r][4] (ql, qh in chunks, element order of
+ *       kernels/quants_k.h)
+ * The Q4_0 / Q8_0 / Q6_K packed bytes are a permutation of the file's
+ * blocks; Q4_K's scale bytes are unpacked (a bijection, so rows unpack to
+ * the identical bytes).
  *
  * Arithmetic (the spec; kern_matmul_packed_ref is it in plain C, and every
  * tier gives bit-identical outputs for any T and any split, so a token's
- * logits do not depend on what it was batched with): activations are
- * rounded to Q8_0 by the Q8_0 quantizer; per output (row n, activation t):
- *   acc = 0; for b in block order:
- *       i_b = exact integer dot of the block's weight and activation bytes
- *       acc = fmaf((float)i_b, d_w[n][b] * d_a[t][b], acc)
+ * logits do not depend on what it was batched with).  Activations are
+ * rounded by the _ref quantizer of the weight type's vec_dot_type (Q8_0
+ * for Q4_0 / Q8_0, Q8_K for the K-quants; the fast tiers' quantizers give
+ * the same bytes or are not used).  Per output (row n, activation t),
+ * acc = 0, then per block b in order, with d_a = the activation block's
+ * scale (float), a_e its int8 values:
+ *   Q4_0, Q8_0: i_b = sum_e q_e a_e (q with the offset removed)
+ *       acc = fmaf((float)i_b, d_w * d_a, acc)
+ *       (|i_b| <= 32 * 128 * 127 < 2^24: exact in float; the product of
+ *       two fp16 scales is exact in float)
+ *   Q4_K (q in 0..15, sub-blocks s of 32, sc_s, m_s in 0..63):
+ *       I = sum_s sc_s * sum_{e in s} q_e a_e
+ *       M = sum_s m_s * sum_{e in s} a_e        (from the Q8_K bsums)
+ *       acc = fmaf((float)I, d_w * d_a, acc)
+ *       acc = fmaf((float)M, -(dmin_w * d_a), acc)
+ *       (|I| <= 8 * 63 * 32 * 15 * 127 < 2^25: exact int32, its float
+ *       conversion rounds to nearest like every tier's; |M| <= 8 * 63 *
+ *       32 * 127 < 2^21: exact)
+ *   Q6_K (q in 0..63, offset 32, sub-blocks s of 16, int8 sc_s):
+ *       I = sum_s sc_s * sum_{e in s} (q_e - 32) a_e
+ *       acc = fmaf((float)I, d_w * d_a, acc)
+ *       (|I| <= 16 * 128 * 16 * 32 * 127 < 2^28: exact int32)
  *   y[t][n] = acc
- * (i_b fits float exactly: |i_b| <= 32 * 128 * 127 < 2^24; the product of
- * two fp16 scales is exact in float.)  Versus kern_matmul_ref this differs
- * only by the activation rounding and float summation order, as
+ * d_w * d_a, dmin_w * d_a are one rounded float product each (the Q8_K
+ * scale is a float), the same operation at every tier.  Versus
+ * kern_matmul_ref this differs only by the activation rounding (|a -
+ * a_q| <= d_a / 2, d_a ~ amax / 127) and float summation order, as
  * kern_matmul does; tests/test_repack.c bounds it. */
 #ifndef KVANT_KERNELS_REPACK_H
 #define KVANT_KERNELS_REPACK_H
@@ -39,9 +71,9 @@
 
 #define KERN_PACK_ROWS 8
 
-/* true if wtype has a packed layout (Q4_0, Q8_0) */
+/* true if wtype has a packed layout (Q4_0, Q8_0, Q4_K, Q6_K) */
 bool kern_pack_supported(int wtype);
-/* bytes of the packed N x K matrix (K a multiple of 32) */
+/* bytes of the packed N x K matrix (K a multiple of the type's block size) */
 size_t kern_pack_bytes(int wtype, int64_t N, int64_t K);
 /* Packs row groups [g0, g1) of W (N rows of K elements, row-major, as in
  * the file) into dst (kern_pack_bytes; any alignment).  Groups are
@@ -60,9 +92,13 @@ void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, 
 /* ---- private to kernels/: the per-ISA tile ----------------------------------------
  * Outputs of one group (8 rows) for C <= 4 activation rows:
  *   y[c * ldy + r] for r < 8, c < C
- * w: the group's nb packed blocks; a: C Q8_0 activation rows, ba bytes
- * apart; ad / as: per activation row (bn apart) its nb block scales as
- * floats and, for Q4_0, its nb block sums of q. */
+ * w: the group's nb packed blocks; a: C activation rows of the type's
+ * activation type (Q8_0 or Q8_K), ba bytes apart; ad: per activation row
+ * (bn floats apart) its nb block scales as floats; as: per activation row
+ * (bn * X int32 apart) X int32 extras per block, X per weight type:
+ *   Q4_0: 1, the block's sum of q;  Q8_0, Q6_K: 0 (as unused);
+ *   Q4_K: 4, extra p = the sums of q over the 32-element sub-blocks 2p
+ *         and 2p+1 as two int16 (2p in the low half; |sum| <= 4064). */
 typedef void (*kern_pack_tile_fn)(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a,
                                   size_t ba, const float *ad, const int32_t *as, size_t bn);
 /* the AVX2 tile of wtype (kernels/repack_avx2.c), NULL if none */

@@ -11,6 +11,19 @@
  *   Q4_0: nibbles q in [0, 15] times y, summed in int16 over the whole
  *         block (8 pair sums of at most 2 * 15 * 127: |sum| <= 30480),
  *         then minus 8 * (sum of the block's y): exact.
+ *   Q4_K: per 32-element sub-block, nibbles q in [0, 15] times y summed
+ *         in int16 (8 pair sums of at most 2 * 15 * 127: |sum| <= 30480),
+ *         then vpmaddwd against the sub-block scale in both int16 halves
+ *         of each row's lane gives sc * (exact sub-block dot) in int32
+ *         (|.| <= 63 * 60960); the mins: vpmaddwd of each row's (m_2p,
+ *         m_2p+1) against the activation's sub-block sums (2p, 2p+1).
+ *   Q6_K: q = 4 low | 2 high bits in [0, 63] times y; vpmaddubsw pair sums
+ *         are <= 2 * 63 * 127 = 16002, so two are added in int16 (32004 <
+ *         32767) before vpmaddwd against the scale widens them; the
+ *         offset: minus 32 * sum_s sc_s * bsum_s (vpmaddwd of scale pairs
+ *         against the Q8_K bsums pairs).  Every partial sum is an exact
+ *         int32 (bounds in kernels/repack.h), so the integers equal the
+ *         spec's whatever the order.
  * Up to 4 activation rows share each weight load. */
 #include <immintrin.h>
 #include <string.h>
@@ -101,6 +114,136 @@ static void tile_q4_0(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w,
     }
 }
 
+/* activation row c's Q8_K block b */
+#define AK(c, b) ((const block_q8_K *)(a + (size_t)(c) * ba) + (b))
+
+/* 8 bytes (one per row) widened to both int16 halves of each row's lane */
+AI __m256i dup_u8(const uint8_t *p) {
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+}
+AI __m256i dup_i8(const uint8_t *p) {
+    const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(v, 16));
+}
+
+AI __m256i bcast4s(const int8_t *p) { return bcast4((const uint8_t *)p); }
+
+AI void tile_q4k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
+                 const float *ad, const int32_t *as, size_t bn) {
+    __m256 acc[4];
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256 neg = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < nb; b++, w += 1184) {
+        __m256i is[4];
+        for (int c = 0; c < C; c++) is[c] = _mm256_setzero_si256();
+        for (int sb = 0; sb < 8; sb++) { /* sub-block: the low (even) or high (odd) nibbles of qs bytes 32(sb/2) .. +31 */
+            __m256i s[4];
+            for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
+            for (int j = 0; j < 8; j++) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + 160 + 32 * (8 * (sb / 2) + j)));
+                const __m256i q = _mm256_and_si256(sb & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+                for (int c = 0; c < C; c++) /* 8 pair sums of <= 3810: <= 30480 */
+                    s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q, bcast4s(AK(c, b)->qs + 32 * sb + 4 * j)));
+            }
+            const __m256i sc = dup_u8(w + 32 + 8 * sb);
+            for (int c = 0; c < C; c++) is[c] = _mm256_add_epi32(is[c], _mm256_madd_epi16(s[c], sc));
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
+        __m256i mins[4];
+        for (int p = 0; p < 4; p++) mins[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w + 96 + 16 * p)));
+        for (int c = 0; c < C; c++) {
+            const size_t k = (size_t)c * bn + (size_t)b;
+            __m256i ms = _mm256_setzero_si256();
+            for (int p = 0; p < 4; p++) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mins[p], _mm256_set1_epi32(as[4 * k + (size_t)p])));
+            const __m256 da = _mm256_set1_ps(ad[k]);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]), _mm256_mul_ps(dw, da), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_xor_ps(_mm256_mul_ps(dm, da), neg), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
+}
+
+AI void tile_q6k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
+                 const float *ad, size_t bn) {
+    __m256 acc[4];
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    for (int64_t b = 0; b < nb; b++, w += 1680) {
+        __m256i is[4], ms[4];
+        for (int c = 0; c < C; c++) is[c] = ms[c] = _mm256_setzero_si256();
+        for (int sb = 0; sb < 16; sb++) {
+            /* elements 128h + 32qq + 16(sb%2) + 0..15: ql chunks 16h + 8(qq&1) + j, nibble qq>>1;
+             * qh chunks 8h + j, bits 2qq (j = 4(sb%2) + u) */
+            const int h = sb / 8, qq = (sb % 8) / 2, j0 = 4 * (sb % 2);
+            __m256i p[2][4];
+            for (int u = 0; u < 4; u++) {
+                const __m256i l = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 * (qq & 1) + j0 + u)));
+                const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + j0 + u)));
+                const __m256i lo = _mm256_and_si256(qq >> 1 ? _mm256_srli_epi16(l, 4) : l, m4);
+                const __m256i hi = _mm256_and_si256(qq == 0   ? _mm256_slli_epi16(hb, 4)
+                                                    : qq == 1 ? _mm256_slli_epi16(hb, 2)
+                                                    : qq == 2 ? hb
+                                                              : _mm256_srli_epi16(hb, 2),
+                                                    m30);
+                const __m256i q = _mm256_or_si256(lo, hi); /* 0..63 */
+                for (int c = 0; c < C; c++) {
+                    const __m256i pr = _mm256_maddubs_epi16(q, bcast4s(AK(c, b)->qs + 16 * sb + 4 * u)); /* <= 16002 */
+                    p[u & 1][c] = u < 2 ? pr : _mm256_add_epi16(p[u & 1][c], pr); /* two: <= 32004 */
+                }
+            }
+            const __m256i sc = dup_i8(w + 16 + 8 * sb);
+            for (int c = 0; c < C; c++)
+                is[c] = _mm256_add_epi32(is[c], _mm256_add_epi32(_mm256_madd_epi16(p[0][c], sc), _mm256_madd_epi16(p[1][c], sc)));
+        }
+        for (int pp = 0; pp < 8; pp++) { /* each row's (sc_2pp, sc_2pp+1) against bsums (2pp, 2pp+1) */
+            const __m256i sp = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + 16 + 16 * pp)),
+                                                                      _mm_loadl_epi64((const __m128i *)(w + 24 + 16 * pp))));
+            for (int c = 0; c < C; c++) {
+                int32_t bs;
+                memcpy(&bs, AK(c, b)->bsums + 2 * pp, 4);
+                ms[c] = _mm256_add_epi32(ms[c], _mm256_madd_epi16(sp, _mm256_set1_epi32(bs)));
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+        for (int c = 0; c < C; c++) {
+            const __m256i I = _mm256_sub_epi32(is[c], _mm256_slli_epi32(ms[c], 5));
+            const __m256 da = _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(dw, da), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
+}
+
+static void tile_q4_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
+                      const float *ad, const int32_t *as, size_t bn) {
+    switch (C) {
+    case 1: tile_q4k(nb, 1, y, ldy, w, a, ba, ad, as, bn); break;
+    case 2: tile_q4k(nb, 2, y, ldy, w, a, ba, ad, as, bn); break;
+    case 3: tile_q4k(nb, 3, y, ldy, w, a, ba, ad, as, bn); break;
+    default: tile_q4k(nb, 4, y, ldy, w, a, ba, ad, as, bn); break;
+    }
+}
+
+static void tile_q6_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
+                      const float *ad, const int32_t *as, size_t bn) {
+    (void)as;
+    switch (C) {
+    case 1: tile_q6k(nb, 1, y, ldy, w, a, ba, ad, bn); break;
+    case 2: tile_q6k(nb, 2, y, ldy, w, a, ba, ad, bn); break;
+    case 3: tile_q6k(nb, 3, y, ldy, w, a, ba, ad, bn); break;
+    default: tile_q6k(nb, 4, y, ldy, w, a, ba, ad, bn); break;
+    }
+}
+
 kern_pack_tile_fn kern_pack_tile_avx2(int wtype) {
-    return wtype == KT_Q8_0 ? tile_q8_0 : wtype == KT_Q4_0 ? tile_q4_0 : NULL;
+    switch (wtype) {
+    case KT_Q8_0: return tile_q8_0;
+    case KT_Q4_0: return tile_q4_0;
+    case KT_Q4_K: return tile_q4_k;
+    case KT_Q6_K: return tile_q6_k;
+    default: return NULL;
+    }
 }

@@ -29,7 +29,8 @@ static void drop_pages(const void *p, size_t n) {
 }
 
 static kvant_code pack_one(model *m, model_mat *w, bool drop, kvant_status *st) {
-    if (!w->data || w->packed || !kern_pack_supported(w->type) || w->cols % 32) return KVANT_OK;
+    if (!w->data || w->packed || !kern_pack_supported(w->type) || w->cols % kern_type_get(w->type)->block_size)
+        return KVANT_OK;
     const size_t bytes = kern_pack_bytes(w->type, w->rows, w->cols);
     void *dst = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     void **list = realloc(m->packed, (size_t)(m->n_packed + 1) * sizeof *list);

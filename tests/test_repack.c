@@ -23,17 +23,36 @@ static float frand(void) { /* uniform in [-1, 1) */
     return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-static const int TYPES[] = {KT_Q8_0, KT_Q4_0};
+enum { NTYPES = 4 };
+static const int TYPES[NTYPES] = {KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q6_K};
+static bool is_k(int t) { return t == KT_Q4_K || t == KT_Q6_K; }
+/* K scaled to the type's block: K-quants take 256-element super-blocks */
+static int64_t kdim(int t, int64_t k32) { return is_k(t) ? k32 * 8 : k32; }
 
-/* N x K weights of type t from random floats; Q8_0 rows also get a few -128 bytes */
+/* N x K weights of type t from random floats; Q8_0 rows also get a few
+ * -128 bytes; every fifth K-quant row gets the extreme integers of the
+ * overflow bounds in its first block (Q4_K: sc = m = 63, q = 15;
+ * Q6_K: sc = -128 and 127, q = 0 i.e. -32) */
 static uint8_t *make_weights(int t, int64_t N, int64_t K) {
     const size_t rb = kern_row_bytes(t, K);
     uint8_t *W = malloc(rb * (size_t)N);
     float *row = malloc(sizeof(float) * (size_t)K);
     for (int64_t n = 0; n < N; n++) {
+        uint8_t *wr = W + (size_t)n * rb;
         for (int64_t k = 0; k < K; k++) row[k] = frand() * (1.0f + (float)(n % 3));
-        kern_type_get(t)->from_float_ref(row, W + (size_t)n * rb, K);
-        if (t == KT_Q8_0) ((block_q8_0 *)(W + (size_t)n * rb))[0].qs[n % 32] = -128;
+        kern_type_get(t)->from_float_ref(row, wr, K);
+        if (t == KT_Q8_0) ((block_q8_0 *)wr)[0].qs[n % 32] = -128;
+        if (n % 5 == 0 && t == KT_Q4_K) {
+            block_q4_K *b = (block_q4_K *)wr;
+            memset(b->scales, 0xff, sizeof b->scales);
+            memset(b->qs, 0xff, sizeof b->qs);
+        }
+        if (n % 5 == 0 && t == KT_Q6_K) {
+            block_q6_K *b = (block_q6_K *)wr;
+            for (int s = 0; s < 16; s++) b->scales[s] = s % 2 ? 127 : -128;
+            memset(b->ql, 0, sizeof b->ql);
+            memset(b->qh, 0, sizeof b->qh);
+        }
     }
     free(row);
     return W;
@@ -41,14 +60,15 @@ static uint8_t *make_weights(int t, int64_t N, int64_t K) {
 
 static void test_roundtrip(void **state) {
     (void)state;
-    const int64_t Ns[] = {8, 13, 172}, K = 96;
-    for (int ti = 0; ti < 2; ti++)
+    const int64_t Ns[] = {8, 13, 172};
+    for (int ti = 0; ti < NTYPES; ti++)
         for (int ni = 0; ni < 3; ni++) {
             const int t = TYPES[ti];
-            const int64_t N = Ns[ni];
+            const int64_t N = Ns[ni], K = kdim(t, 96);
             const size_t rb = kern_row_bytes(t, K);
             uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K)), *row = malloc(rb);
-            assert_int_equal(kern_pack_bytes(t, N, K), ((N + 7) / 8) * 8 * rb);
+            /* the file's size, except Q4_K's unpacked scales (148 bytes per row and super-block for 144) */
+            assert_int_equal(kern_pack_bytes(t, N, K), ((N + 7) / 8) * 8 * (t == KT_Q4_K ? rb / 144 * 148 : rb));
             const int64_t G = (N + 7) / 8;
             kern_pack(W, t, N, K, P, 0, G / 2); /* two ranges, as two threads would */
             kern_pack(W, t, N, K, P, G / 2, G);
@@ -67,6 +87,27 @@ static void test_roundtrip(void **state) {
 /* the spec once more, independently of repack.c: original rows, fmaf per block */
 static float spec_dot(int t, const uint8_t *wrow, const block_q8_0 *a, int64_t K) {
     float acc = 0.0f;
+    if (is_k(t)) { /* a: Q8_K rows; sub-block sums of a from qs, not bsums */
+        const block_q8_K *ak = (const block_q8_K *)a;
+        for (int64_t b = 0; b < K / QK_K; b++) {
+            kern_kblock u;
+            if (t == KT_Q4_K) kern_unpack_q4_k((const block_q4_K *)wrow + b, &u);
+            else kern_unpack_q6_k((const block_q6_K *)wrow + b, &u);
+            int32_t I = 0, M = 0;
+            for (int s = 0; s < QK_K / u.sub; s++) {
+                int32_t qa = 0, sa = 0;
+                for (int e = s * u.sub; e < (s + 1) * u.sub; e++) {
+                    qa += u.q[e] * ak[b].qs[e];
+                    sa += ak[b].qs[e];
+                }
+                I += u.sc[s] * qa;
+                M += u.mn[s] * sa;
+            }
+            acc = fmaf((float)I, u.d * ak[b].d, acc);
+            if (t == KT_Q4_K) acc = fmaf((float)M, -(u.dmin * ak[b].d), acc);
+        }
+        return acc;
+    }
     for (int64_t b = 0; b < K / 32; b++) {
         int32_t isum = 0;
         float dw;
@@ -91,23 +132,28 @@ static void test_tiers_bit_identical(void **state) {
     const int64_t Ns[] = {8, 21, 64}, Ks[] = {32, 160, 512};
     core_pool *pool = core_pool_new(2);
     const kern_tier best = kern_best_tier();
-    for (int ti = 0; ti < 2; ti++)
+    for (int ti = 0; ti < NTYPES; ti++)
         for (int ni = 0; ni < 3; ni++)
             for (int ki = 0; ki < 3; ki++) {
                 const int t = TYPES[ti];
-                const int64_t N = Ns[ni], K = Ks[ki];
+                /* K-quants: 256, 1280, 4096 would be slow in the ref; 256, 512, 768 */
+                const int64_t N = Ns[ni], K = is_k(t) ? 256 * (ki + 1) : Ks[ki];
                 uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
                 kern_pack(W, t, N, K, P, 0, (N + 7) / 8);
                 float *x = malloc(sizeof(float) * TMAX * K), *yr = malloc(sizeof(float) * TMAX * N),
                       *y = malloc(sizeof(float) * TMAX * N), *y1 = malloc(sizeof(float) * N);
-                for (int i = 0; i < TMAX * K; i++) x[i] = frand() * 3.0f;
+                /* the last K-quant shape: activations of one magnitude, so every
+                 * q is +-127 (the int16 bounds of the tiles at their limit) */
+                const bool flat = is_k(t) && ki == 2;
+                for (int i = 0; i < TMAX * K; i++) x[i] = flat ? (frand() < 0 ? -3.0f : 3.0f) : frand() * 3.0f;
                 void *scratch = malloc(kern_matmul_scratch_bytes(TMAX, K));
                 for (int T = 1; T <= TMAX; T++) {
                     kern_matmul_packed_ref(P, t, x, yr, T, N, K);
                     /* the spec, on a few outputs */
-                    block_q8_0 *aq = malloc(sizeof(block_q8_0) * (size_t)(K / 32));
+                    const int at = kern_type_get(t)->vec_dot_type;
+                    block_q8_0 *aq = malloc(kern_row_bytes(at, K));
                     for (int tt = 0; tt < T; tt += 3) {
-                        kern_type_get(KT_Q8_0)->from_float_ref(x + tt * K, aq, K);
+                        kern_type_get(at)->from_float_ref(x + tt * K, aq, K);
                         for (int64_t n = 0; n < N; n += 5) {
                             const float s = spec_dot(t, W + (size_t)n * kern_row_bytes(t, K), aq, K);
                             if (memcmp(&s, &yr[tt * N + n], 4))
@@ -138,16 +184,28 @@ static void test_tiers_bit_identical(void **state) {
 
 /* packed (threaded, best tier) vs kern_matmul_ref.  Bound per output, with
  * amax = max |x|, the activation rounding error per element is at most
- * amax / 254 (Q8_0: d = amax / 127, round to nearest), so
+ * amax / 254 (Q8_0 and Q8_K: d = amax / 127, round to nearest; the
+ * integer dots are exact, so that error passes through unchanged), so
  *   |dy| <= sum|w| * amax / 254 + 4 (K + 2) 2^-24 sum|w a|
  * (the second term: float summation in two different orders). */
 static void test_vs_matmul_ref(void **state) {
     (void)state;
     enum { N = 37, K = 256, T = 6 };
     core_pool *pool = core_pool_new(2);
-    for (int ti = 0; ti < 2; ti++) {
+    for (int ti = 0; ti < NTYPES; ti++) {
         const int t = TYPES[ti];
         uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
+        /* |terms| the float arithmetic rounds: Q4_K's two products per
+         * super-block are d sc q and dmin m (not their difference w) */
+        float *wm = malloc(sizeof(float) * N * K);
+        for (int n = 0; n < N; n++)
+            for (int b = 0; b < K / QK_K; b++) {
+                if (t != KT_Q4_K) break;
+                kern_kblock u;
+                kern_unpack_q4_k((const block_q4_K *)(W + (size_t)n * kern_row_bytes(t, K)) + b, &u);
+                for (int e = 0; e < QK_K; e++)
+                    wm[n * K + b * QK_K + e] = fabsf(u.d * (float)u.sc[e / 32] * u.q[e]) + fabsf(u.dmin * (float)u.mn[e / 32]);
+            }
         kern_pack(W, t, N, K, P, 0, (N + 7) / 8);
         float *x = malloc(sizeof(float) * T * K), *y = malloc(sizeof(float) * T * N), *yr = malloc(sizeof(float) * T * N),
               *wd = malloc(sizeof(float) * N * K);
@@ -163,7 +221,7 @@ static void test_vs_matmul_ref(void **state) {
                 double sw = 0, swa = 0;
                 for (int k = 0; k < K; k++) {
                     sw += fabs(wd[n * K + k]);
-                    swa += fabs(wd[n * K + k] * x[tt * K + k]);
+                    swa += fabs((t == KT_Q4_K ? wm[n * K + k] : wd[n * K + k]) * x[tt * K + k]);
                 }
                 const double tol = sw * amax / 254.0 * 1.01 + 4.0 * (K + 2) * ldexp(1.0, -24) * swa;
                 if (fabs(y[tt * N + n] - yr[tt * N + n]) > tol)
@@ -171,7 +229,7 @@ static void test_vs_matmul_ref(void **state) {
                              yr[tt * N + n], tol);
             }
         }
-        free(W); free(P); free(x); free(y); free(yr); free(wd); free(scratch);
+        free(W); free(P); free(x); free(y); free(yr); free(wd); free(wm); free(scratch);
     }
     core_pool_free(pool);
 }
