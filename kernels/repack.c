@@ -250,17 +250,24 @@ static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
  * scale as float and D->n_ax int32 extras (kernels/repack.h).  scratch:
  * the T rows, then T*nb floats, then the extras, each 64-byte aligned
  * (Q8_0: <= 1.32 bytes per element, Q8_K: <= 1.22, plus 128 of padding;
- * the asserting caller checks kern_matmul_scratch_bytes). */
-static void prep_acts(const pack_desc *D, const kern_from_float_fn quant, const float *x, void *scratch, int T,
-                      int64_t K, pack_job *j) {
-    const int64_t nb = K / D->qk;
-    const size_t ab = kern_type_get(D->atype)->type_size, rowb = (size_t)nb * ab;
-    uint8_t *a = scratch;
-    float *ad = (float *)(a + up64((size_t)T * rowb));
-    int32_t *as = (int32_t *)((uint8_t *)ad + up64((size_t)T * (size_t)nb * sizeof(float)));
-    for (int t = 0; t < T; t++) {
-        uint8_t *row = a + (size_t)t * rowb;
-        quant(x + (size_t)t * (size_t)K, row, K);
+ * run() asserts kern_matmul_scratch_bytes).  Rows are independent: threads
+ * split them. */
+typedef struct {
+    const pack_desc *D;
+    kern_from_float_fn quant;
+    const float *x;
+    int64_t K;
+    pack_job *j;
+} prep_job;
+
+static void prep_rows(const prep_job *p, int64_t t0, int64_t t1) {
+    const pack_desc *D = p->D;
+    const int64_t nb = p->K / D->qk;
+    float *ad = (float *)p->j->ad;
+    int32_t *as = (int32_t *)p->j->as;
+    for (int64_t t = t0; t < t1; t++) {
+        uint8_t *row = (uint8_t *)p->j->a + (size_t)t * p->j->ba;
+        p->quant(p->x + (size_t)t * (size_t)p->K, row, p->K);
         for (int64_t b = 0; b < nb; b++) {
             const size_t k = (size_t)t * (size_t)nb + (size_t)b;
             if (D->atype == KT_Q8_0) {
@@ -275,18 +282,34 @@ static void prep_acts(const pack_desc *D, const kern_from_float_fn quant, const 
                 const block_q8_K *q = (const block_q8_K *)row + b;
                 ad[k] = q->d;
                 if (D->n_ax == 4) /* Q4_K: sums over the 32-element sub-blocks, in int16 pairs */
-                    for (int p = 0; p < 4; p++) {
-                        const int16_t pr[2] = {(int16_t)(q->bsums[4 * p] + q->bsums[4 * p + 1]),
-                                               (int16_t)(q->bsums[4 * p + 2] + q->bsums[4 * p + 3])};
-                        memcpy(&as[k * 4 + (size_t)p], pr, 4);
+                    for (int i = 0; i < 4; i++) {
+                        const int16_t pr[2] = {(int16_t)(q->bsums[4 * i] + q->bsums[4 * i + 1]),
+                                               (int16_t)(q->bsums[4 * i + 2] + q->bsums[4 * i + 3])};
+                        memcpy(&as[k * 4 + (size_t)i], pr, 4);
                     }
             }
         }
     }
-    j->a = a;
-    j->ad = ad;
-    j->as = as;
+}
+
+static void prep_task(void *ctx, int ith, int nth) {
+    const prep_job *p = ctx;
+    int64_t lo, hi;
+    core_split(p->j->T, ith, nth, &lo, &hi);
+    prep_rows(p, lo, hi);
+}
+
+static void prep_acts(core_pool *pool, const pack_desc *D, const kern_from_float_fn quant, const float *x,
+                      void *scratch, int T, int64_t K, pack_job *j) {
+    const int64_t nb = K / D->qk;
+    const size_t rowb = (size_t)nb * kern_type_get(D->atype)->type_size;
+    j->a = scratch;
+    j->ad = (const float *)(j->a + up64((size_t)T * rowb));
+    j->as = (const int32_t *)((const uint8_t *)j->ad + up64((size_t)T * (size_t)nb * sizeof(float)));
     j->ba = rowb;
+    prep_job p = {D, quant, x, K, j};
+    if (pool && T >= 4) core_pool_run(pool, prep_task, &p);
+    else prep_rows(&p, 0, T);
 }
 
 static void run(core_pool *pool, void *scratch, const void *P, int wtype, const float *x, float *y, int T, int64_t N,
@@ -300,12 +323,14 @@ static void run(core_pool *pool, void *scratch, const void *P, int wtype, const 
 #if PACK_X86
     if (!ref && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
 #endif
-    /* the _ref quantizers: the Q8_0 one gives the same bytes at every tier
-     * (kernels/types.h); Q8_K has only _ref (its cost is O(T K), the
-     * matmul's O(T K N)) */
-    prep_acts(D, ref ? kern_type_get(D->atype)->from_float_ref : D->atype == KT_Q8_0 ? kern_ops(KT_Q8_0)->from_float
-                                                                                   : kern_type_get(D->atype)->from_float_ref,
-              x, scratch, T, K, &j);
+    /* the quantizers give the _ref bytes at every tier: Q8_0's by
+     * kernels/types.h, Q8_K's AVX2 one here (tests/test_repack.c) */
+    kern_from_float_fn quant = kern_type_get(D->atype)->from_float_ref;
+    if (!ref && D->atype == KT_Q8_0) quant = kern_ops(KT_Q8_0)->from_float;
+#if PACK_X86
+    if (!ref && D->atype == KT_Q8_K && kern_active_tier() >= KERN_TIER_AVX2) quant = kern_pack_quant_q8_k_avx2;
+#endif
+    prep_acts(ref ? NULL : pool, D, quant, x, scratch, T, K, &j);
     if (pool && !ref && (double)N * (double)K * T >= KERN_MT_MIN_WORK) core_pool_run(pool, pack_task, &j);
     else pack_task(&j, 0, 1);
 }

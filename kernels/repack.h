@@ -103,5 +103,7 @@ typedef void (*kern_pack_tile_fn)(int64_t nb, int C, float *y, size_t ldy, const
                                   size_t ba, const float *ad, const int32_t *as, size_t bn);
 /* the AVX2 tile of wtype (kernels/repack_avx2.c), NULL if none */
 kern_pack_tile_fn kern_pack_tile_avx2(int wtype);
+/* kern_quant_q8_k_ref in AVX2, the same bytes for finite x (tests/test_repack.c) */
+void kern_pack_quant_q8_k_avx2(const float *x, void *y, int64_t n);
 
 #endif

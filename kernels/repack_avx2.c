@@ -28,6 +28,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/avx2_common.h"
 #include "kernels/quants.h"
 #include "kernels/repack.h"
 
@@ -174,30 +175,35 @@ AI void tile_q6k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
     for (int64_t b = 0; b < nb; b++, w += 1680) {
         __m256i is[4], ms[4];
         for (int c = 0; c < C; c++) is[c] = ms[c] = _mm256_setzero_si256();
-        for (int sb = 0; sb < 16; sb++) {
-            /* elements 128h + 32qq + 16(sb%2) + 0..15: ql chunks 16h + 8(qq&1) + j, nibble qq>>1;
-             * qh chunks 8h + j, bits 2qq (j = 4(sb%2) + u) */
-            const int h = sb / 8, qq = (sb % 8) / 2, j0 = 4 * (sb % 2);
-            __m256i p[2][4];
-            for (int u = 0; u < 4; u++) {
-                const __m256i l = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 * (qq & 1) + j0 + u)));
-                const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + j0 + u)));
-                const __m256i lo = _mm256_and_si256(qq >> 1 ? _mm256_srli_epi16(l, 4) : l, m4);
-                const __m256i hi = _mm256_and_si256(qq == 0   ? _mm256_slli_epi16(hb, 4)
-                                                    : qq == 1 ? _mm256_slli_epi16(hb, 2)
-                                                    : qq == 2 ? hb
-                                                              : _mm256_srli_epi16(hb, 2),
-                                                    m30);
-                const __m256i q = _mm256_or_si256(lo, hi); /* 0..63 */
-                for (int c = 0; c < C; c++) {
-                    const __m256i pr = _mm256_maddubs_epi16(q, bcast4s(AK(c, b)->qs + 16 * sb + 4 * u)); /* <= 16002 */
-                    p[u & 1][c] = u < 2 ? pr : _mm256_add_epi16(p[u & 1][c], pr); /* two: <= 32004 */
+        /* chunk j (0..7) of half h: ql chunks 16h + j (quarters 0, 2: low,
+         * high nibble) and 16h + 8 + j (quarters 1, 3), qh chunk 8h + j
+         * (bits 2qq); quarter qq of the chunk is element 128h + 32qq + 4j,
+         * sub-block 8h + 2qq + j/4.  One decode of the 3 loads serves the
+         * 4 sub-blocks; chunks go in pairs (2 pair sums per int16 lane). */
+        for (int h = 0; h < 2; h++)
+            for (int jp = 0; jp < 4; jp++) {
+                __m256i q[2][4];
+                for (int i = 0; i < 2; i++) {
+                    const int j = 2 * jp + i;
+                    const __m256i la = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + j)));
+                    const __m256i lb = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 + j)));
+                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + j)));
+                    q[i][0] = _mm256_or_si256(_mm256_and_si256(la, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+                    q[i][1] = _mm256_or_si256(_mm256_and_si256(lb, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+                    q[i][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4), _mm256_and_si256(hb, m30));
+                    q[i][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4),
+                                              _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+                }
+                for (int qq = 0; qq < 4; qq++) {
+                    const int sb = 8 * h + 2 * qq + jp / 2, e = 128 * h + 32 * qq + 8 * jp;
+                    const __m256i sc = dup_i8(w + 16 + 8 * sb);
+                    for (int c = 0; c < C; c++) { /* q in 0..63: pair sums <= 16002, two <= 32004 */
+                        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(q[0][qq], bcast4s(AK(c, b)->qs + e)),
+                                                           _mm256_maddubs_epi16(q[1][qq], bcast4s(AK(c, b)->qs + e + 4)));
+                        is[c] = _mm256_add_epi32(is[c], _mm256_madd_epi16(p, sc));
+                    }
                 }
             }
-            const __m256i sc = dup_i8(w + 16 + 8 * sb);
-            for (int c = 0; c < C; c++)
-                is[c] = _mm256_add_epi32(is[c], _mm256_add_epi32(_mm256_madd_epi16(p[0][c], sc), _mm256_madd_epi16(p[1][c], sc)));
-        }
         for (int pp = 0; pp < 8; pp++) { /* each row's (sc_2pp, sc_2pp+1) against bsums (2pp, 2pp+1) */
             const __m256i sp = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + 16 + 16 * pp)),
                                                                       _mm_loadl_epi64((const __m128i *)(w + 24 + 16 * pp))));
@@ -235,6 +241,54 @@ static void tile_q6_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w,
     case 2: tile_q6k(nb, 2, y, ldy, w, a, ba, ad, bn); break;
     case 3: tile_q6k(nb, 3, y, ldy, w, a, ba, ad, bn); break;
     default: tile_q6k(nb, 4, y, ldy, w, a, ba, ad, bn); break;
+    }
+}
+
+/* Q8_K rows as kern_quant_q8_k_ref, byte for byte: the first element of
+ * largest |x| gives max (the ref's strict > scan), iscale = -127 / max,
+ * q = min(127, round-half-even(iscale x)) (cvtps's mode, the ref's
+ * nearest_int for |v| <= 2^22), bsums from the bytes, d = 1 / iscale.
+ * (Finite inputs; the ref's NaN handling is not reproduced.) */
+void kern_pack_quant_q8_k_avx2(const float *x, void *vy, int64_t n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    block_q8_K *y = vy;
+    for (int64_t b = 0; b < n / QK_K; b++, x += QK_K) {
+        __m256 am = _mm256_setzero_ps();
+        for (int k = 0; k < QK_K / 8; k++) am = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)), am);
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(am), _mm256_extractf128_ps(am, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_movehdup_ps(m));
+        const float amax = _mm_cvtss_f32(m);
+        if (!amax) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        float max = 0;
+        for (int k = 0; k < QK_K / 8; k++) {
+            const int msk = _mm256_movemask_ps(
+                _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)), _mm256_set1_ps(amax), _CMP_EQ_OQ));
+            if (msk) {
+                max = x[8 * k + __builtin_ctz((unsigned)msk)];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        const __m256 mul = _mm256_set1_ps(iscale);
+        const __m256i lim = _mm256_set1_epi32(127), perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        for (int k = 0; k < QK_K / 32; k++) {
+            __m256i i[4];
+            for (int u = 0; u < 4; u++)
+                i[u] = _mm256_min_epi32(lim, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * k + 8 * u), mul)));
+            /* |q| <= 127: the saturating packs are exact; the permute undoes their lane interleave */
+            const __m256i p = _mm256_permutevar8x32_epi32(
+                _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3])), perm);
+            _mm256_storeu_si256((__m256i *)(y[b].qs + 32 * k), p);
+            /* sums of 8 bytes as unsigned (q + 128), then of 16 */
+            const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(p, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
+            y[b].bsums[2 * k] = (int16_t)(_mm256_extract_epi64(sad, 0) + _mm256_extract_epi64(sad, 1) - 16 * 128);
+            y[b].bsums[2 * k + 1] = (int16_t)(_mm256_extract_epi64(sad, 2) + _mm256_extract_epi64(sad, 3) - 16 * 128);
+        }
+        y[b].d = 1 / iscale;
     }
 }
 

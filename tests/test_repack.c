@@ -5,7 +5,8 @@
  *     threaded and not, and a T = 1 call equals that row of a batched call;
  *  3. the packed ref equals the spec written out once more here (integer
  *     dot per block, fmaf in block order) on a few outputs;
- *  4. kern_matmul_packed vs kern_matmul_ref (dequantized weights, float
+ *  4. the AVX2 Q8_K activation quantizer gives the _ref bytes;
+ *  5. kern_matmul_packed vs kern_matmul_ref (dequantized weights, float
  *     activations): the bound of the activation rounding and summation. */
 #include <math.h>
 #include <stdio.h>
@@ -234,9 +235,37 @@ static void test_vs_matmul_ref(void **state) {
     core_pool_free(pool);
 }
 
+/* the AVX2 Q8_K quantizer gives kern_quant_q8_k_ref's bytes: random rows,
+ * ties of |x| with either sign first, an all-zero block, a constant block */
+static void test_quant_q8_k(void **state) {
+    (void)state;
+#if defined(__x86_64__) || defined(_M_X64)
+    if (kern_best_tier() < KERN_TIER_AVX2) skip();
+    enum { NB = 24, K = NB * QK_K };
+    float *x = malloc(sizeof(float) * K);
+    block_q8_K *a = malloc(sizeof(block_q8_K) * NB), *b = malloc(sizeof(block_q8_K) * NB);
+    for (int rep = 0; rep < 20; rep++) {
+        for (int i = 0; i < K; i++) x[i] = frand() * (float)(1 + rep % 7) * (rep % 3 ? 1.0f : 1e-3f);
+        for (int i = 0; i < QK_K; i++) x[i] = 0.0f;                      /* block 0: zero */
+        for (int i = QK_K; i < 2 * QK_K; i++) x[i] = 0.7f;               /* block 1: constant */
+        x[2 * QK_K + 5] = -9.0f, x[2 * QK_K + 100] = 9.0f;               /* block 2: tie, negative first */
+        x[3 * QK_K + 7] = 9.0f, x[3 * QK_K + 200] = -9.0f;               /* block 3: tie, positive first */
+        for (int i = 4 * QK_K; i < 5 * QK_K; i++) x[i] = (float)(i % 255 - 127) / 127.0f * 2.5f; /* halfway cases */
+        kern_quant_q8_k_ref(x, a, K);
+        memset(b, 0x55, sizeof(block_q8_K) * NB);
+        kern_pack_quant_q8_k_avx2(x, b, K);
+        assert_memory_equal(a, b, sizeof(block_q8_K) * NB);
+    }
+    free(x); free(a); free(b);
+#else
+    skip();
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_quant_q8_k),
         cmocka_unit_test(test_tiers_bit_identical),
         cmocka_unit_test(test_vs_matmul_ref),
     };
