@@ -18,7 +18,7 @@
  * A packed block is a set of fields, each copied from the (canonical)
  * source block in chunks: chunk j of row r of a field lands at
  * dst + (8 j + r) * chunk.  Q4_K's canonical block has its 12 scale bytes
- * unpacked (k4_canon); the others are the file's block as is. */
+ * unpacked (k45_canon), as Q5_K's; the others are the file's block as is. */
 typedef struct {
     uint16_t src, bytes, chunk, dst;
 } pack_field;
@@ -26,21 +26,24 @@ typedef struct {
 typedef struct {
     int wtype, atype; /* weights, activations (the type's vec_dot_type) */
     int64_t qk;       /* elements per block */
-    size_t cb, xb;    /* bytes of a canonical block of one row, of a packed block of 8 */
+    size_t xb;        /* bytes of a packed block of 8 rows */
     int n_ax;         /* int32 extras per activation block (kernels/repack.h) */
     int nf;
-    pack_field f[5];
+    pack_field f[6];
 } pack_desc;
 
-/* Q4_K canonical block: d @0, dmin @2, sc[8] @4, m[8] @12, qs[128] @20 */
-enum { K4C_BYTES = 148 };
+/* Q4_K canonical block: d @0, dmin @2, sc[8] @4, m[8] @12, qs[128] @20;
+ * Q5_K: the same with qh[32] @20, qs[128] @52 */
+enum { K5C_BYTES = 180 }; /* the larger canonical block */
 
 static const pack_desc DESCS[] = {
-    {KT_Q8_0, KT_Q8_0, 32, 34, 272, 0, 2, {{0, 2, 2, 0}, {2, 32, 4, 16}}},
-    {KT_Q4_0, KT_Q8_0, 32, 18, 144, 1, 2, {{0, 2, 2, 0}, {2, 16, 4, 16}}},
-    {KT_Q4_K, KT_Q8_K, QK_K, K4C_BYTES, 1184, 4, 5,
+    {KT_Q8_0, KT_Q8_0, 32, 272, 0, 2, {{0, 2, 2, 0}, {2, 32, 4, 16}}},
+    {KT_Q4_0, KT_Q8_0, 32, 144, 1, 2, {{0, 2, 2, 0}, {2, 16, 4, 16}}},
+    {KT_Q4_K, KT_Q8_K, QK_K, 1184, 4, 5,
      {{0, 2, 2, 0}, {2, 2, 2, 16}, {4, 8, 1, 32}, {12, 8, 2, 96}, {20, 128, 4, 160}}},
-    {KT_Q6_K, KT_Q8_K, QK_K, sizeof(block_q6_K), 1680, 0, 4,
+    {KT_Q5_K, KT_Q8_K, QK_K, 1440, 4, 6,
+     {{0, 2, 2, 0}, {2, 2, 2, 16}, {4, 8, 1, 32}, {12, 8, 2, 96}, {20, 32, 4, 160}, {52, 128, 4, 416}}},
+    {KT_Q6_K, KT_Q8_K, QK_K, 1680, 0, 4,
      {{208, 2, 2, 0}, {192, 16, 1, 16}, {0, 128, 4, 144}, {128, 64, 4, 1168}}},
 };
 static_assert(offsetof(block_q6_K, qh) == 128 && offsetof(block_q6_K, scales) == 192 && offsetof(block_q6_K, d) == 208,
@@ -62,24 +65,29 @@ size_t kern_pack_bytes(int wtype, int64_t N, int64_t K) {
     return (size_t)n_groups(N) * (size_t)(K / D->qk) * D->xb;
 }
 
-/* Q4_K block <-> canonical block (scales unpacked; a bijection) */
-static void k4_canon(const block_q4_K *b, uint8_t c[K4C_BYTES]) {
-    memcpy(c, &b->d, 2);
-    memcpy(c + 2, &b->dmin, 2);
-    for (int s = 0; s < 8; s++) kern_k4_scale_min(s, b->scales, c + 4 + s, c + 12 + s);
-    memcpy(c + 20, b->qs, sizeof b->qs);
+/* Q4_K / Q5_K block <-> canonical block (scales unpacked; a bijection).
+ * Both blocks start d, dmin, scales[12]; what follows (Q4_K: qs; Q5_K:
+ * qh, qs) is copied as is. */
+static_assert(offsetof(block_q4_K, scales) == 4 && offsetof(block_q5_K, scales) == 4 && offsetof(block_q4_K, qs) == 16 &&
+                  offsetof(block_q5_K, qh) == 16 && offsetof(block_q5_K, qs) == 48,
+              "block_q4_K / block_q5_K layout");
+static bool has_canon(int wtype) { return wtype == KT_Q4_K || wtype == KT_Q5_K; }
+
+static void k45_canon(const uint8_t *b, size_t sb, uint8_t *c) {
+    memcpy(c, b, 4); /* d, dmin */
+    for (int s = 0; s < 8; s++) kern_k4_scale_min(s, b + 4, c + 4 + s, c + 12 + s);
+    memcpy(c + 20, b + 16, sb - 16);
 }
 
-static void k4_uncanon(const uint8_t c[K4C_BYTES], block_q4_K *b) {
+static void k45_uncanon(const uint8_t *c, size_t sb, uint8_t *b) {
     const uint8_t *sc = c + 4, *m = c + 12;
-    memcpy(&b->d, c, 2);
-    memcpy(&b->dmin, c + 2, 2);
+    memcpy(b, c, 4);
     for (int j = 0; j < 4; j++) {
-        b->scales[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
-        b->scales[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
-        b->scales[j + 8] = (uint8_t)((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+        b[4 + j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        b[4 + j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+        b[4 + j + 8] = (uint8_t)((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
     }
-    memcpy(b->qs, c + 20, sizeof b->qs);
+    memcpy(b + 16, c + 20, sb - 16);
 }
 
 void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1) {
@@ -87,7 +95,7 @@ void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_
     CORE_ASSERT(D && K % D->qk == 0);
     const int64_t nb = K / D->qk;
     const size_t sb = kern_type_get(wtype)->type_size, row = (size_t)nb * sb;
-    uint8_t canon[K4C_BYTES];
+    uint8_t canon[K5C_BYTES];
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *o = (uint8_t *)dst + (size_t)g * (size_t)nb * D->xb;
         for (int64_t b = 0; b < nb; b++, o += D->xb) {
@@ -96,8 +104,8 @@ void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_
                 const int64_t n = g * KERN_PACK_ROWS + r;
                 if (n >= N) break; /* missing rows of the last group: all zero (scales 0) */
                 const uint8_t *s = (const uint8_t *)W + (size_t)n * row + (size_t)b * sb;
-                if (wtype == KT_Q4_K) {
-                    k4_canon((const block_q4_K *)s, canon);
+                if (has_canon(wtype)) {
+                    k45_canon(s, sb, canon);
                     s = canon;
                 }
                 for (int f = 0; f < D->nf; f++) {
@@ -117,15 +125,15 @@ void kern_unpack_row(const void *P, int wtype, int64_t N, int64_t K, int64_t n, 
     const int64_t nb = K / D->qk, g = n / KERN_PACK_ROWS;
     const size_t r = (size_t)(n % KERN_PACK_ROWS), sb = kern_type_get(wtype)->type_size;
     const uint8_t *o = (const uint8_t *)P + (size_t)g * (size_t)nb * D->xb;
-    uint8_t canon[K4C_BYTES];
+    uint8_t canon[K5C_BYTES];
     for (int64_t b = 0; b < nb; b++, o += D->xb) {
-        uint8_t *s = (uint8_t *)rowp + (size_t)b * sb, *c = wtype == KT_Q4_K ? canon : s;
+        uint8_t *s = (uint8_t *)rowp + (size_t)b * sb, *c = has_canon(wtype) ? canon : s;
         for (int f = 0; f < D->nf; f++) {
             const pack_field *F = &D->f[f];
             for (size_t j = 0; j < (size_t)(F->bytes / F->chunk); j++)
                 memcpy(c + F->src + j * F->chunk, o + F->dst + (KERN_PACK_ROWS * j + r) * F->chunk, F->chunk);
         }
-        if (wtype == KT_Q4_K) k4_uncanon(canon, (block_q4_K *)s);
+        if (has_canon(wtype)) k45_uncanon(canon, sb, s);
     }
 }
 
@@ -148,10 +156,13 @@ static float fp16_at(const uint8_t *p) {
     return kern_fp16_to_fp32(h);
 }
 
-/* Q4_K: q (0..15) of row r, element e; Q6_K: q (0..63), offset not removed */
-static int q4k(const uint8_t *w, int r, int e) {
-    const uint8_t byte = chunked(w, 160, r, 32 * (e / 64) + e % 32);
+/* Q4_K: q (0..15) of row r, element e; Q5_K: q (0..31); Q6_K: q (0..63), offset not removed */
+static int q4k(const uint8_t *w, size_t qs, int r, int e) {
+    const uint8_t byte = chunked(w, qs, r, 32 * (e / 64) + e % 32);
     return e % 64 < 32 ? byte & 15 : byte >> 4;
+}
+static int q5k(const uint8_t *w, int r, int e) {
+    return q4k(w, 416, r, e) | (((chunked(w, 160, r, e % 32) >> (e / 32)) & 1) << 4);
 }
 static int q6k(const uint8_t *w, int r, int e) {
     const int h = e / 128, qq = (e % 128) / 32, l = e % 32;
@@ -168,12 +179,13 @@ static float out_ref(const pack_desc *D, int64_t nb, int r, const uint8_t *w, co
             int32_t isum = 0;
             for (int i = 0; i < 32; i++) isum += wq(D->wtype, wb, r, i) * ab->qs[i];
             acc = fmaf((float)isum, fp16_at(wb + 2 * r) * kern_fp16_to_fp32(ab->d), acc);
-        } else if (D->wtype == KT_Q4_K) {
+        } else if (D->wtype == KT_Q4_K || D->wtype == KT_Q5_K) {
             const block_q8_K *ab = (const block_q8_K *)a + b;
             int32_t I = 0, M = 0;
             for (int s = 0; s < 8; s++) {
                 int32_t qa = 0;
-                for (int e = 32 * s; e < 32 * s + 32; e++) qa += q4k(wb, r, e) * ab->qs[e];
+                for (int e = 32 * s; e < 32 * s + 32; e++)
+                    qa += (D->wtype == KT_Q4_K ? q4k(wb, 160, r, e) : q5k(wb, r, e)) * ab->qs[e];
                 I += wb[32 + 8 * s + r] * qa;
                 M += wb[96 + 16 * (s / 2) + 2 * r + s % 2] * (ab->bsums[2 * s] + ab->bsums[2 * s + 1]);
             }

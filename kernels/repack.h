@@ -25,13 +25,16 @@
  *       mins of sub-blocks 2p, 2p+1 side by side), @160 qs[32 j][8 r][4]
  *       (the row's qs in chunks: byte 32i + l holds element 64i + l in
  *       the low nibble, 64i + 32 + l in the high one)
+ *   Q5_Kx8 (1440 bytes; 180 per row vs 176, +2.3%): as Q4_Kx8 with
+ *       @160 qh[8 j][8 r][4] (bit s of qh byte l: element 32s + l's fifth
+ *       bit) and qs from @416
  *   Q6_Kx8 (1680 bytes = the file's 8 x 210):
  *       @0 d[8], @16 sc[16 s][8 r] (int8), @144 ql[32 j][8 r][4],
  *       @1168 qh[16 j][8 r][4] (ql, qh in chunks, element order of
  *       kernels/quants_k.h)
  * The Q4_0 / Q8_0 / Q6_K packed bytes are a permutation of the file's
- * blocks; Q4_K's scale bytes are unpacked (a bijection, so rows unpack to
- * the identical bytes).
+ * blocks; Q4_K's and Q5_K's scale bytes are unpacked (a bijection, so rows
+ * unpack to the identical bytes).
  *
  * Arithmetic (the spec; kern_matmul_packed_ref is it in plain C, and every
  * tier gives bit-identical outputs for any T and any split, so a token's
@@ -45,12 +48,12 @@
  *       acc = fmaf((float)i_b, d_w * d_a, acc)
  *       (|i_b| <= 32 * 128 * 127 < 2^24: exact in float; the product of
  *       two fp16 scales is exact in float)
- *   Q4_K (q in 0..15, sub-blocks s of 32, sc_s, m_s in 0..63):
+ *   Q4_K, Q5_K (q in 0..15 / 0..31, sub-blocks s of 32, sc_s, m_s in 0..63):
  *       I = sum_s sc_s * sum_{e in s} q_e a_e
  *       M = sum_s m_s * sum_{e in s} a_e        (from the Q8_K bsums)
  *       acc = fmaf((float)I, d_w * d_a, acc)
  *       acc = fmaf((float)M, -(dmin_w * d_a), acc)
- *       (|I| <= 8 * 63 * 32 * 15 * 127 < 2^25: exact int32, its float
+ *       (|I| <= 8 * 63 * 32 * 31 * 127 < 2^26: exact int32, its float
  *       conversion rounds to nearest like every tier's; |M| <= 8 * 63 *
  *       32 * 127 < 2^21: exact)
  *   Q6_K (q in 0..63, offset 32, sub-blocks s of 16, int8 sc_s):
@@ -71,7 +74,7 @@
 
 #define KERN_PACK_ROWS 8
 
-/* true if wtype has a packed layout (Q4_0, Q8_0, Q4_K, Q6_K) */
+/* true if wtype has a packed layout (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) */
 bool kern_pack_supported(int wtype);
 /* bytes of the packed N x K matrix (K a multiple of the type's block size) */
 size_t kern_pack_bytes(int wtype, int64_t N, int64_t K);
@@ -97,7 +100,7 @@ void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, 
  * (bn floats apart) its nb block scales as floats; as: per activation row
  * (bn * X int32 apart) X int32 extras per block, X per weight type:
  *   Q4_0: 1, the block's sum of q;  Q8_0, Q6_K: 0 (as unused);
- *   Q4_K: 4, extra p = the sums of q over the 32-element sub-blocks 2p
+ *   Q4_K, Q5_K: 4, extra p = the sums of q over the 32-element sub-blocks 2p
  *         and 2p+1 as two int16 (2p in the low half; |sum| <= 4064). */
 typedef void (*kern_pack_tile_fn)(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a,
                                   size_t ba, const float *ad, const int32_t *as, size_t bn);

@@ -17,6 +17,9 @@
  *         of each row's lane gives sc * (exact sub-block dot) in int32
  *         (|.| <= 63 * 60960); the mins: vpmaddwd of each row's (m_2p,
  *         m_2p+1) against the activation's sub-block sums (2p, 2p+1).
+ *   Q5_K: as Q4_K with q in [0, 31] (the fifth bit from the qh chunks);
+ *         pair sums <= 2 * 31 * 127 = 7874, so the int16 sums are
+ *         widened after 4 of them (<= 31496).
  *   Q6_K: q = 4 low | 2 high bits in [0, 63] times y; vpmaddubsw pair sums
  *         are <= 2 * 63 * 127 = 16002, so two are added in int16 (32004 <
  *         32767) before vpmaddwd against the scale widens them; the
@@ -130,25 +133,38 @@ AI __m256i dup_i8(const uint8_t *p) {
 
 AI __m256i bcast4s(const int8_t *p) { return bcast4((const uint8_t *)p); }
 
-AI void tile_q4k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
-                 const float *ad, const int32_t *as, size_t bn) {
+/* Q4_K, and Q5_K (q5: the fifth bit from the qh chunks, q in 0..31) */
+AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
+                  const float *ad, const int32_t *as, size_t bn, const bool q5) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     const __m256 neg = _mm256_set1_ps(-0.0f);
-    for (int64_t b = 0; b < nb; b++, w += 1184) {
+    const size_t qso = q5 ? 416 : 160, xb = q5 ? 1440 : 1184;
+    for (int64_t b = 0; b < nb; b++, w += xb) {
         __m256i is[4];
         for (int c = 0; c < C; c++) is[c] = _mm256_setzero_si256();
         for (int sb = 0; sb < 8; sb++) { /* sub-block: the low (even) or high (odd) nibbles of qs bytes 32(sb/2) .. +31 */
+            const __m256i sc = dup_u8(w + 32 + 8 * sb);
             __m256i s[4];
             for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
             for (int j = 0; j < 8; j++) {
-                const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + 160 + 32 * (8 * (sb / 2) + j)));
-                const __m256i q = _mm256_and_si256(sb & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
-                for (int c = 0; c < C; c++) /* 8 pair sums of <= 3810: <= 30480 */
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * (8 * (sb / 2) + j)));
+                __m256i q = _mm256_and_si256(sb & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+                if (q5) { /* bit sb of qh byte l is element 32 sb + l's fifth bit */
+                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 160 + 32 * j));
+                    q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, sb), one), 4));
+                }
+                /* Q4_K: 8 pair sums of <= 2 * 15 * 127 = 3810: <= 30480;
+                 * Q5_K: pair sums <= 2 * 31 * 127 = 7874, so widened after 4 (<= 31496) */
+                for (int c = 0; c < C; c++)
                     s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(q, bcast4s(AK(c, b)->qs + 32 * sb + 4 * j)));
+                if (q5 && j == 3)
+                    for (int c = 0; c < C; c++) {
+                        is[c] = _mm256_add_epi32(is[c], _mm256_madd_epi16(s[c], sc));
+                        s[c] = _mm256_setzero_si256();
+                    }
             }
-            const __m256i sc = dup_u8(w + 32 + 8 * sb);
             for (int c = 0; c < C; c++) is[c] = _mm256_add_epi32(is[c], _mm256_madd_epi16(s[c], sc));
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
@@ -226,10 +242,20 @@ AI void tile_q6k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
 static void tile_q4_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
                       const float *ad, const int32_t *as, size_t bn) {
     switch (C) {
-    case 1: tile_q4k(nb, 1, y, ldy, w, a, ba, ad, as, bn); break;
-    case 2: tile_q4k(nb, 2, y, ldy, w, a, ba, ad, as, bn); break;
-    case 3: tile_q4k(nb, 3, y, ldy, w, a, ba, ad, as, bn); break;
-    default: tile_q4k(nb, 4, y, ldy, w, a, ba, ad, as, bn); break;
+    case 1: tile_q45k(nb, 1, y, ldy, w, a, ba, ad, as, bn, false); break;
+    case 2: tile_q45k(nb, 2, y, ldy, w, a, ba, ad, as, bn, false); break;
+    case 3: tile_q45k(nb, 3, y, ldy, w, a, ba, ad, as, bn, false); break;
+    default: tile_q45k(nb, 4, y, ldy, w, a, ba, ad, as, bn, false); break;
+    }
+}
+
+static void tile_q5_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
+                      const float *ad, const int32_t *as, size_t bn) {
+    switch (C) {
+    case 1: tile_q45k(nb, 1, y, ldy, w, a, ba, ad, as, bn, true); break;
+    case 2: tile_q45k(nb, 2, y, ldy, w, a, ba, ad, as, bn, true); break;
+    case 3: tile_q45k(nb, 3, y, ldy, w, a, ba, ad, as, bn, true); break;
+    default: tile_q45k(nb, 4, y, ldy, w, a, ba, ad, as, bn, true); break;
     }
 }
 
@@ -297,6 +323,7 @@ kern_pack_tile_fn kern_pack_tile_avx2(int wtype) {
     case KT_Q8_0: return tile_q8_0;
     case KT_Q4_0: return tile_q4_0;
     case KT_Q4_K: return tile_q4_k;
+    case KT_Q5_K: return tile_q5_k;
     case KT_Q6_K: return tile_q6_k;
     default: return NULL;
     }

@@ -24,16 +24,18 @@ static float frand(void) { /* uniform in [-1, 1) */
     return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-enum { NTYPES = 4 };
-static const int TYPES[NTYPES] = {KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q6_K};
-static bool is_k(int t) { return t == KT_Q4_K || t == KT_Q6_K; }
+enum { NTYPES = 5 };
+static const int TYPES[NTYPES] = {KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q5_K, KT_Q6_K};
+static bool is_k(int t) { return t == KT_Q4_K || t == KT_Q5_K || t == KT_Q6_K; }
+/* K-quants with sub-block minimums */
+static bool has_min(int t) { return t == KT_Q4_K || t == KT_Q5_K; }
 /* K scaled to the type's block: K-quants take 256-element super-blocks */
 static int64_t kdim(int t, int64_t k32) { return is_k(t) ? k32 * 8 : k32; }
 
 /* N x K weights of type t from random floats; Q8_0 rows also get a few
  * -128 bytes; every fifth K-quant row gets the extreme integers of the
- * overflow bounds in its first block (Q4_K: sc = m = 63, q = 15;
- * Q6_K: sc = -128 and 127, q = 0 i.e. -32) */
+ * overflow bounds in its first block (Q4_K: sc = m = 63, q = 15; Q5_K:
+ * q = 31; Q6_K: sc = -128 and 127, q = 0 i.e. -32) */
 static uint8_t *make_weights(int t, int64_t N, int64_t K) {
     const size_t rb = kern_row_bytes(t, K);
     uint8_t *W = malloc(rb * (size_t)N);
@@ -47,6 +49,12 @@ static uint8_t *make_weights(int t, int64_t N, int64_t K) {
             block_q4_K *b = (block_q4_K *)wr;
             memset(b->scales, 0xff, sizeof b->scales);
             memset(b->qs, 0xff, sizeof b->qs);
+        }
+        if (n % 5 == 0 && t == KT_Q5_K) {
+            block_q5_K *b = (block_q5_K *)wr;
+            memset(b->scales, 0xff, sizeof b->scales);
+            memset(b->qs, 0xff, sizeof b->qs);
+            memset(b->qh, 0xff, sizeof b->qh);
         }
         if (n % 5 == 0 && t == KT_Q6_K) {
             block_q6_K *b = (block_q6_K *)wr;
@@ -68,8 +76,8 @@ static void test_roundtrip(void **state) {
             const int64_t N = Ns[ni], K = kdim(t, 96);
             const size_t rb = kern_row_bytes(t, K);
             uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K)), *row = malloc(rb);
-            /* the file's size, except Q4_K's unpacked scales (148 bytes per row and super-block for 144) */
-            assert_int_equal(kern_pack_bytes(t, N, K), ((N + 7) / 8) * 8 * (t == KT_Q4_K ? rb / 144 * 148 : rb));
+            /* the file's size, except Q4_K's and Q5_K's unpacked scales (4 more bytes per row and super-block) */
+            assert_int_equal(kern_pack_bytes(t, N, K), ((N + 7) / 8) * 8 * (has_min(t) ? rb + (size_t)K / QK_K * 4 : rb));
             const int64_t G = (N + 7) / 8;
             kern_pack(W, t, N, K, P, 0, G / 2); /* two ranges, as two threads would */
             kern_pack(W, t, N, K, P, G / 2, G);
@@ -93,6 +101,7 @@ static float spec_dot(int t, const uint8_t *wrow, const block_q8_0 *a, int64_t K
         for (int64_t b = 0; b < K / QK_K; b++) {
             kern_kblock u;
             if (t == KT_Q4_K) kern_unpack_q4_k((const block_q4_K *)wrow + b, &u);
+            else if (t == KT_Q5_K) kern_unpack_q5_k((const block_q5_K *)wrow + b, &u);
             else kern_unpack_q6_k((const block_q6_K *)wrow + b, &u);
             int32_t I = 0, M = 0;
             for (int s = 0; s < QK_K / u.sub; s++) {
@@ -105,7 +114,7 @@ static float spec_dot(int t, const uint8_t *wrow, const block_q8_0 *a, int64_t K
                 M += u.mn[s] * sa;
             }
             acc = fmaf((float)I, u.d * ak[b].d, acc);
-            if (t == KT_Q4_K) acc = fmaf((float)M, -(u.dmin * ak[b].d), acc);
+            if (has_min(t)) acc = fmaf((float)M, -(u.dmin * ak[b].d), acc);
         }
         return acc;
     }
@@ -196,14 +205,16 @@ static void test_vs_matmul_ref(void **state) {
     for (int ti = 0; ti < NTYPES; ti++) {
         const int t = TYPES[ti];
         uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
-        /* |terms| the float arithmetic rounds: Q4_K's two products per
-         * super-block are d sc q and dmin m (not their difference w) */
+        /* |terms| the float arithmetic rounds: Q4_K's and Q5_K's two products
+         * per super-block are d sc q and dmin m (not their difference w) */
         float *wm = malloc(sizeof(float) * N * K);
         for (int n = 0; n < N; n++)
             for (int b = 0; b < K / QK_K; b++) {
-                if (t != KT_Q4_K) break;
+                if (!has_min(t)) break;
                 kern_kblock u;
-                kern_unpack_q4_k((const block_q4_K *)(W + (size_t)n * kern_row_bytes(t, K)) + b, &u);
+                const uint8_t *wr = W + (size_t)n * kern_row_bytes(t, K);
+                if (t == KT_Q4_K) kern_unpack_q4_k((const block_q4_K *)wr + b, &u);
+                else kern_unpack_q5_k((const block_q5_K *)wr + b, &u);
                 for (int e = 0; e < QK_K; e++)
                     wm[n * K + b * QK_K + e] = fabsf(u.d * (float)u.sc[e / 32] * u.q[e]) + fabsf(u.dmin * (float)u.mn[e / 32]);
             }
@@ -222,7 +233,7 @@ static void test_vs_matmul_ref(void **state) {
                 double sw = 0, swa = 0;
                 for (int k = 0; k < K; k++) {
                     sw += fabs(wd[n * K + k]);
-                    swa += fabs((t == KT_Q4_K ? wm[n * K + k] : wd[n * K + k]) * x[tt * K + k]);
+                    swa += fabs((has_min(t) ? wm[n * K + k] : wd[n * K + k]) * x[tt * K + k]);
                 }
                 const double tol = sw * amax / 254.0 * 1.01 + 4.0 * (K + 2) * ldexp(1.0, -24) * swa;
                 if (fabs(y[tt * N + n] - yr[tt * N + n]) > tol)
