@@ -17,8 +17,8 @@
 /* ---- the packed layouts as data ------------------------------------------------
  * A packed block is a set of fields, each copied from the (canonical)
  * source block in chunks: chunk j of row r of a field lands at
- * dst + (8 j + r) * chunk.  Q4_K's canonical block has its 12 scale bytes
- * unpacked (k45_canon), as Q5_K's; the others are the file's block as is. */
+ * dst + (8 j + r) * chunk.  The Q4_K and Q5_K canonical blocks have their
+ * 12 scale bytes unpacked (k45_canon); the others are the file's block as is. */
 typedef struct {
     uint16_t src, bytes, chunk, dst;
 } pack_field;

@@ -239,6 +239,7 @@ AI void tile_q6k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
         for (int c = 0; c < C; c++) {
+            /* |is| <= 16 * 128 * 16 * 63 * 127 < 2^28, |32 ms| <= 32 * 16 * 128 * 2032 < 2^27: exact */
             const __m256i I = _mm256_sub_epi32(is[c], _mm256_slli_epi32(ms[c], 5));
             const __m256 da = _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]);
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(dw, da), acc[c]);
