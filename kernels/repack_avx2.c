@@ -202,29 +202,26 @@ AI void tile_q6k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
          * sub-block 8h + 2qq + j/4.  One decode of the 3 loads serves the
          * 4 sub-blocks; chunks go in pairs (2 pair sums per int16 lane). */
         for (int h = 0; h < 2; h++)
-            for (int s4 = 0; s4 < 2; s4++) { /* chunks 4 s4 .. 4 s4 + 3: sub-blocks 8h + 2qq + s4 */
-                __m256i sc[4];
-                for (int qq = 0; qq < 4; qq++) sc[qq] = dup_i8(w + 16 + 8 * (8 * h + 2 * qq + s4));
-                for (int jp = 2 * s4; jp < 2 * s4 + 2; jp++) {
-                    __m256i q[2][4];
-                    for (int i = 0; i < 2; i++) {
-                        const int j = 2 * jp + i;
-                        const __m256i la = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + j)));
-                        const __m256i lb = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 + j)));
-                        const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + j)));
-                        q[i][0] = _mm256_or_si256(_mm256_and_si256(la, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-                        q[i][1] = _mm256_or_si256(_mm256_and_si256(lb, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-                        q[i][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4), _mm256_and_si256(hb, m30));
-                        q[i][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4),
-                                                  _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
-                    }
-                    for (int qq = 0; qq < 4; qq++) {
-                        const int e = 128 * h + 32 * qq + 8 * jp;
-                        for (int c = 0; c < C; c++) { /* q in 0..63: pair sums <= 16002, two <= 32004 */
-                            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(q[0][qq], bcast4s(AK(c, b)->qs + e)),
-                                                               _mm256_maddubs_epi16(q[1][qq], bcast4s(AK(c, b)->qs + e + 4)));
-                            is[c] = _mm256_add_epi32(is[c], _mm256_madd_epi16(p, sc[qq]));
-                        }
+            for (int jp = 0; jp < 4; jp++) {
+                __m256i q[2][4];
+                for (int i = 0; i < 2; i++) {
+                    const int j = 2 * jp + i;
+                    const __m256i la = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + j)));
+                    const __m256i lb = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 + j)));
+                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + j)));
+                    q[i][0] = _mm256_or_si256(_mm256_and_si256(la, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+                    q[i][1] = _mm256_or_si256(_mm256_and_si256(lb, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+                    q[i][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4), _mm256_and_si256(hb, m30));
+                    q[i][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4),
+                                              _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+                }
+                for (int qq = 0; qq < 4; qq++) {
+                    const int sb = 8 * h + 2 * qq + jp / 2, e = 128 * h + 32 * qq + 8 * jp;
+                    const __m256i sc = dup_i8(w + 16 + 8 * sb);
+                    for (int c = 0; c < C; c++) { /* q in 0..63: pair sums <= 16002, two <= 32004 */
+                        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(q[0][qq], bcast4s(AK(c, b)->qs + e)),
+                                                           _mm256_maddubs_epi16(q[1][qq], bcast4s(AK(c, b)->qs + e + 4)));
+                        is[c] = _mm256_add_epi32(is[c], _mm256_madd_epi16(p, sc));
                     }
                 }
             }
