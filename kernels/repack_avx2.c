@@ -29,6 +29,7 @@
  *         spec's whatever the order.
  * Up to 4 activation rows share each weight load. */
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "kernels/avx2_common.h"
@@ -276,11 +277,13 @@ static void tile_q6_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w,
     }
 }
 
-/* Q8_K rows as kern_quant_q8_k_ref, byte for byte: the first element of
- * largest |x| gives max (the ref's strict > scan), iscale = -127 / max,
- * q = min(127, round-half-even(iscale x)) (cvtps's mode, the ref's
- * nearest_int for |v| <= 2^22), bsums from the bytes, d = 1 / iscale.
- * (Finite inputs; the ref's NaN handling is not reproduced.) */
+/* Q8_K rows as kern_quant_q8_k_ref, byte for byte, for any input: the
+ * first element of largest |x| gives max (the ref's strict > scan, which
+ * NaN never wins), iscale = -127 / max, q = min(127, nearest_int(iscale
+ * x)) with the ref's own trick (add 1.5 * 2^23, keep the mantissa: round
+ * half to even, and a NaN gives 0), bsums from the bytes, d = 1 / iscale.
+ * A block whose amax or iscale is not finite (inf inputs, amax below
+ * ~2^-126) goes to the ref, where out-of-range values wrap. */
 void kern_pack_quant_q8_k_avx2(const float *x, void *vy, int64_t n) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     block_q8_K *y = vy;
@@ -296,6 +299,10 @@ void kern_pack_quant_q8_k_avx2(const float *x, void *vy, int64_t n) {
             continue;
         }
         float max = 0;
+        if (!(amax <= 3.4e38f)) { /* inf */
+            kern_quant_q8_k_ref(x, &y[b], QK_K);
+            continue;
+        }
         for (int k = 0; k < QK_K / 8; k++) {
             const int msk = _mm256_movemask_ps(
                 _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)), _mm256_set1_ps(amax), _CMP_EQ_OQ));
@@ -305,12 +312,19 @@ void kern_pack_quant_q8_k_avx2(const float *x, void *vy, int64_t n) {
             }
         }
         const float iscale = -127.f / max;
-        const __m256 mul = _mm256_set1_ps(iscale);
+        if (!(fabsf(iscale) <= 3.4e38f)) {
+            kern_quant_q8_k_ref(x, &y[b], QK_K);
+            continue;
+        }
+        const __m256 mul = _mm256_set1_ps(iscale), magic = _mm256_set1_ps(12582912.f);
         const __m256i lim = _mm256_set1_epi32(127), perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        const __m256i mant = _mm256_set1_epi32(0x007fffff), half = _mm256_set1_epi32(0x00400000);
         for (int k = 0; k < QK_K / 32; k++) {
             __m256i i[4];
-            for (int u = 0; u < 4; u++)
-                i[u] = _mm256_min_epi32(lim, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * k + 8 * u), mul)));
+            for (int u = 0; u < 4; u++) { /* |iscale x| <= 127 (1 + 2^-22) for finite x: in [-127, 127] */
+                const __m256 t = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * k + 8 * u), mul), magic);
+                i[u] = _mm256_min_epi32(lim, _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(t), mant), half));
+            }
             /* |q| <= 127: the saturating packs are exact; the permute undoes their lane interleave */
             const __m256i p = _mm256_permutevar8x32_epi32(
                 _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3])), perm);

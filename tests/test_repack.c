@@ -247,7 +247,8 @@ static void test_vs_matmul_ref(void **state) {
 }
 
 /* the AVX2 Q8_K quantizer gives kern_quant_q8_k_ref's bytes: random rows,
- * ties of |x| with either sign first, an all-zero block, a constant block */
+ * ties of |x| with either sign first, an all-zero block, a constant block,
+ * a NaN, an inf and a block too small for a finite iscale */
 static void test_quant_q8_k(void **state) {
     (void)state;
 #if defined(__x86_64__) || defined(_M_X64)
@@ -261,7 +262,11 @@ static void test_quant_q8_k(void **state) {
         for (int i = QK_K; i < 2 * QK_K; i++) x[i] = 0.7f;               /* block 1: constant */
         x[2 * QK_K + 5] = -9.0f, x[2 * QK_K + 100] = 9.0f;               /* block 2: tie, negative first */
         x[3 * QK_K + 7] = 9.0f, x[3 * QK_K + 200] = -9.0f;               /* block 3: tie, positive first */
-        for (int i = 4 * QK_K; i < 5 * QK_K; i++) x[i] = (float)(i % 255 - 127) / 127.0f * 2.5f; /* halfway cases */
+        for (int i = 4 * QK_K; i < 5 * QK_K; i++) x[i] = (float)(i % 255 - 127) / 127.0f * 2.5f;
+        for (int i = 5 * QK_K; i < 6 * QK_K; i++) x[i] = (float)(i % 17 - 8) * 0.5f; /* many ties of |x| */
+        x[6 * QK_K + 3] = NAN;
+        x[7 * QK_K + 9] = -INFINITY;
+        for (int i = 8 * QK_K; i < 9 * QK_K; i++) x[i] *= 1e-38f;
         kern_quant_q8_k_ref(x, a, K);
         memset(b, 0x55, sizeof(block_q8_K) * NB);
         kern_pack_quant_q8_k_avx2(x, b, K);
