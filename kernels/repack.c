@@ -17,8 +17,9 @@
 /* ---- the packed layouts as data ------------------------------------------------
  * A packed block is a set of fields, each copied from the (canonical)
  * source block in chunks: chunk j of row r of a field lands at
- * dst + (8 j + r) * chunk.  The Q4_K and Q5_K canonical blocks have their
- * 12 scale bytes unpacked (k45_canon); the others are the file's block as is. */
+ * dst + (8 j + r) * chunk.  The Q3_K, Q4_K and Q5_K canonical blocks have
+ * their 12 scale bytes unpacked (D->canon); the others are the file's
+ * block as is. */
 typedef struct {
     uint16_t src, bytes, chunk, dst;
 } pack_field;
@@ -30,21 +31,76 @@ typedef struct {
     int n_ax;         /* int32 extras per activation block (kernels/repack.h) */
     int nf;
     pack_field f[6];
+    /* NULL, or the file's block <-> the canonical block the fields read */
+    void (*canon)(const uint8_t *b, size_t sb, uint8_t *c);
+    void (*uncanon)(const uint8_t *c, size_t sb, uint8_t *b);
 } pack_desc;
 
 /* Q4_K canonical block: d @0, dmin @2, sc[8] @4, m[8] @12, qs[128] @20;
  * Q5_K: the same with qh[32] @20, qs[128] @52 */
-enum { K5C_BYTES = 180 }; /* the larger canonical block */
+enum { K5C_BYTES = 180 }; /* the largest canonical block */
+
+/* Q4_K / Q5_K block <-> canonical block (scales unpacked; a bijection).
+ * Both blocks start d, dmin, scales[12]; what follows (Q4_K: qs; Q5_K:
+ * qh, qs) is copied as is. */
+static_assert(offsetof(block_q4_K, scales) == 4 && offsetof(block_q5_K, scales) == 4 && offsetof(block_q4_K, qs) == 16 &&
+                  offsetof(block_q5_K, qh) == 16 && offsetof(block_q5_K, qs) == 48,
+              "block_q4_K / block_q5_K layout");
+static void k45_canon(const uint8_t *b, size_t sb, uint8_t *c) {
+    memcpy(c, b, 4); /* d, dmin */
+    for (int s = 0; s < 8; s++) kern_k4_scale_min(s, b + 4, c + 4 + s, c + 12 + s);
+    memcpy(c + 20, b + 16, sb - 16);
+}
+
+static void k45_uncanon(const uint8_t *c, size_t sb, uint8_t *b) {
+    const uint8_t *sc = c + 4, *m = c + 12;
+    memcpy(b, c, 4);
+    for (int j = 0; j < 4; j++) {
+        b[4 + j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        b[4 + j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+        b[4 + j + 8] = (uint8_t)((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
+    }
+    memcpy(b + 16, c + 20, sb - 16);
+}
+
+/* Q3_K block <-> canonical block: d @0, sc[16] @2 (int8, -32..31), hmask
+ * @18, qs @50 (the 12 scale bytes unpacked; a bijection) */
+static_assert(offsetof(block_q3_K, qs) == 32 && offsetof(block_q3_K, scales) == 96 && offsetof(block_q3_K, d) == 108,
+              "block_q3_K layout");
+
+static void k3_canon(const uint8_t *b, size_t sb, uint8_t *c) {
+    (void)sb;
+    memcpy(c, b + 108, 2);
+    for (int s = 0; s < 16; s++) c[2 + s] = (uint8_t)(int8_t)kern_q3_k_scale(b + 96, s);
+    memcpy(c + 18, b, 96); /* hmask, qs */
+}
+
+static void k3_uncanon(const uint8_t *c, size_t sb, uint8_t *b) {
+    (void)sb;
+    memcpy(b + 108, c, 2);
+    memset(b + 96, 0, 12);
+    for (int j = 0; j < 16; j++) {
+        const int v = (int8_t)c[2 + j] + 32; /* 0..63: low 4 bits in a nibble of bytes 0..7, top 2 in bytes 8..11 */
+        b[96 + j % 8] |= (uint8_t)((v & 15) << (j < 8 ? 0 : 4));
+        b[96 + 8 + j % 4] |= (uint8_t)((v >> 4) << (2 * (j / 4)));
+    }
+    memcpy(b, c + 18, 96);
+}
+
+
 
 static const pack_desc DESCS[] = {
-    {KT_Q8_0, KT_Q8_0, 32, 272, 0, 2, {{0, 2, 2, 0}, {2, 32, 4, 16}}},
-    {KT_Q4_0, KT_Q8_0, 32, 144, 1, 2, {{0, 2, 2, 0}, {2, 16, 4, 16}}},
+    {KT_Q8_0, KT_Q8_0, 32, 272, 0, 2, {{0, 2, 2, 0}, {2, 32, 4, 16}}, NULL, NULL},
+    {KT_Q4_0, KT_Q8_0, 32, 144, 1, 2, {{0, 2, 2, 0}, {2, 16, 4, 16}}, NULL, NULL},
     {KT_Q4_K, KT_Q8_K, QK_K, 1184, 4, 5,
-     {{0, 2, 2, 0}, {2, 2, 2, 16}, {4, 8, 1, 32}, {12, 8, 2, 96}, {20, 128, 4, 160}}},
+     {{0, 2, 2, 0}, {2, 2, 2, 16}, {4, 8, 1, 32}, {12, 8, 2, 96}, {20, 128, 4, 160}}, k45_canon, k45_uncanon},
     {KT_Q5_K, KT_Q8_K, QK_K, 1440, 4, 6,
-     {{0, 2, 2, 0}, {2, 2, 2, 16}, {4, 8, 1, 32}, {12, 8, 2, 96}, {20, 32, 4, 160}, {52, 128, 4, 416}}},
+     {{0, 2, 2, 0}, {2, 2, 2, 16}, {4, 8, 1, 32}, {12, 8, 2, 96}, {20, 32, 4, 160}, {52, 128, 4, 416}}, k45_canon,
+     k45_uncanon},
+    {KT_Q3_K, KT_Q8_K, QK_K, 912, 0, 4, {{0, 2, 2, 0}, {2, 16, 1, 16}, {50, 64, 4, 144}, {18, 32, 4, 656}}, k3_canon,
+     k3_uncanon},
     {KT_Q6_K, KT_Q8_K, QK_K, 1680, 0, 4,
-     {{208, 2, 2, 0}, {192, 16, 1, 16}, {0, 128, 4, 144}, {128, 64, 4, 1168}}},
+     {{208, 2, 2, 0}, {192, 16, 1, 16}, {0, 128, 4, 144}, {128, 64, 4, 1168}}, NULL, NULL},
 };
 static_assert(offsetof(block_q6_K, qh) == 128 && offsetof(block_q6_K, scales) == 192 && offsetof(block_q6_K, d) == 208,
               "block_q6_K layout");
@@ -65,31 +121,6 @@ size_t kern_pack_bytes(int wtype, int64_t N, int64_t K) {
     return (size_t)n_groups(N) * (size_t)(K / D->qk) * D->xb;
 }
 
-/* Q4_K / Q5_K block <-> canonical block (scales unpacked; a bijection).
- * Both blocks start d, dmin, scales[12]; what follows (Q4_K: qs; Q5_K:
- * qh, qs) is copied as is. */
-static_assert(offsetof(block_q4_K, scales) == 4 && offsetof(block_q5_K, scales) == 4 && offsetof(block_q4_K, qs) == 16 &&
-                  offsetof(block_q5_K, qh) == 16 && offsetof(block_q5_K, qs) == 48,
-              "block_q4_K / block_q5_K layout");
-static bool has_canon(int wtype) { return wtype == KT_Q4_K || wtype == KT_Q5_K; }
-
-static void k45_canon(const uint8_t *b, size_t sb, uint8_t *c) {
-    memcpy(c, b, 4); /* d, dmin */
-    for (int s = 0; s < 8; s++) kern_k4_scale_min(s, b + 4, c + 4 + s, c + 12 + s);
-    memcpy(c + 20, b + 16, sb - 16);
-}
-
-static void k45_uncanon(const uint8_t *c, size_t sb, uint8_t *b) {
-    const uint8_t *sc = c + 4, *m = c + 12;
-    memcpy(b, c, 4);
-    for (int j = 0; j < 4; j++) {
-        b[4 + j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
-        b[4 + j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
-        b[4 + j + 8] = (uint8_t)((sc[j + 4] & 15) | ((m[j + 4] & 15) << 4));
-    }
-    memcpy(b + 16, c + 20, sb - 16);
-}
-
 void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1) {
     const pack_desc *D = desc_of(wtype);
     CORE_ASSERT(D && K % D->qk == 0);
@@ -104,8 +135,8 @@ void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_
                 const int64_t n = g * KERN_PACK_ROWS + r;
                 if (n >= N) break; /* missing rows of the last group: all zero (scales 0) */
                 const uint8_t *s = (const uint8_t *)W + (size_t)n * row + (size_t)b * sb;
-                if (has_canon(wtype)) {
-                    k45_canon(s, sb, canon);
+                if (D->canon) {
+                    D->canon(s, sb, canon);
                     s = canon;
                 }
                 for (int f = 0; f < D->nf; f++) {
@@ -127,13 +158,13 @@ void kern_unpack_row(const void *P, int wtype, int64_t N, int64_t K, int64_t n, 
     const uint8_t *o = (const uint8_t *)P + (size_t)g * (size_t)nb * D->xb;
     uint8_t canon[K5C_BYTES];
     for (int64_t b = 0; b < nb; b++, o += D->xb) {
-        uint8_t *s = (uint8_t *)rowp + (size_t)b * sb, *c = has_canon(wtype) ? canon : s;
+        uint8_t *s = (uint8_t *)rowp + (size_t)b * sb, *c = D->canon ? canon : s;
         for (int f = 0; f < D->nf; f++) {
             const pack_field *F = &D->f[f];
             for (size_t j = 0; j < (size_t)(F->bytes / F->chunk); j++)
                 memcpy(c + F->src + j * F->chunk, o + F->dst + (KERN_PACK_ROWS * j + r) * F->chunk, F->chunk);
         }
-        if (has_canon(wtype)) k45_uncanon(canon, sb, s);
+        if (D->uncanon) D->uncanon(canon, sb, s);
     }
 }
 
@@ -164,6 +195,10 @@ static int q4k(const uint8_t *w, size_t qs, int r, int e) {
 static int q5k(const uint8_t *w, int r, int e) {
     return q4k(w, 416, r, e) | (((chunked(w, 160, r, e % 32) >> (e / 32)) & 1) << 4);
 }
+static int q3k(const uint8_t *w, int r, int e) {
+    const int h = e / 128, qq = (e % 128) / 32, l = e % 32;
+    return ((chunked(w, 144, r, 32 * h + l) >> (2 * qq)) & 3) | (((chunked(w, 656, r, l) >> (e / 32)) & 1) << 2);
+}
 static int q6k(const uint8_t *w, int r, int e) {
     const int h = e / 128, qq = (e % 128) / 32, l = e % 32;
     const uint8_t lo = chunked(w, 144, r, 64 * h + l + 32 * (qq & 1)), hi = chunked(w, 1168, r, 32 * h + l);
@@ -191,12 +226,13 @@ static float out_ref(const pack_desc *D, int64_t nb, int r, const uint8_t *w, co
             }
             acc = fmaf((float)I, fp16_at(wb + 2 * r) * ab->d, acc);
             acc = fmaf((float)M, -(fp16_at(wb + 16 + 2 * r) * ab->d), acc);
-        } else { /* Q6_K */
+        } else { /* Q6_K, Q3_K */
             const block_q8_K *ab = (const block_q8_K *)a + b;
             int32_t I = 0;
             for (int s = 0; s < 16; s++) {
                 int32_t qa = 0;
-                for (int e = 16 * s; e < 16 * s + 16; e++) qa += (q6k(wb, r, e) - 32) * ab->qs[e];
+                for (int e = 16 * s; e < 16 * s + 16; e++)
+                    qa += (D->wtype == KT_Q6_K ? q6k(wb, r, e) - 32 : q3k(wb, r, e) - 4) * ab->qs[e];
                 I += (int8_t)wb[16 + 8 * s + r] * qa;
             }
             acc = fmaf((float)I, fp16_at(wb + 2 * r) * ab->d, acc);

@@ -27,6 +27,7 @@
  *         against the Q8_K bsums pairs).  Every partial sum is an exact
  *         int32 (bounds in kernels/repack.h), so the integers equal the
  *         spec's whatever the order.
+ *   Q3_K: as Q6_K with q = 2 low bits | hmask bit << 2 in [0, 7], offset 4.
  * Up to 4 activation rows share each weight load. */
 #include <immintrin.h>
 #include <math.h>
@@ -189,24 +190,40 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
     for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
 }
 
-AI void tile_q6k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
-                 const float *ad, size_t bn) {
+/* Q6_K, and Q3_K (q3): both have 16 int8 sub-block scales at @16 and an
+ * offset q - off (Q6_K: 32, Q3_K: 4); the quarters qq of chunk j of half h
+ * are elements 128h + 32qq + 4j .. +3, sub-block 8h + 2qq + j/4.
+ *   Q6_K: ql chunks 16h + j (quarters 0, 2: low, high nibble) and
+ *         16h + 8 + j (quarters 1, 3), qh chunk 8h + j (bits 2qq).
+ *   Q3_K: qs chunk 8h + j (bits 2qq), hmask chunk j (bit 4h + qq). */
+AI void tile_q36k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
+                  const float *ad, size_t bn, const bool q3) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    for (int64_t b = 0; b < nb; b++, w += 1680) {
+    const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
+    const size_t xb = q3 ? 912 : 1680;
+    for (int64_t b = 0; b < nb; b++, w += xb) {
         __m256i is[4], ms[4];
         for (int c = 0; c < C; c++) is[c] = ms[c] = _mm256_setzero_si256();
-        /* chunk j (0..7) of half h: ql chunks 16h + j (quarters 0, 2: low,
-         * high nibble) and 16h + 8 + j (quarters 1, 3), qh chunk 8h + j
-         * (bits 2qq); quarter qq of the chunk is element 128h + 32qq + 4j,
-         * sub-block 8h + 2qq + j/4.  One decode of the 3 loads serves the
-         * 4 sub-blocks; chunks go in pairs (2 pair sums per int16 lane). */
+        /* one decode of a chunk's loads serves its 4 sub-blocks; chunks go
+         * in pairs (2 pair sums per int16 lane) */
         for (int h = 0; h < 2; h++)
             for (int jp = 0; jp < 4; jp++) {
                 __m256i q[2][4];
                 for (int i = 0; i < 2; i++) {
                     const int j = 2 * jp + i;
+                    if (q3) { /* q = 2 low bits | third bit << 2, in 0..7 */
+                        const __m256i l = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (8 * h + j)));
+                        const __m256i hm = _mm256_loadu_si256((const __m256i *)(w + 656 + 32 * j));
+                        for (int qq = 0; qq < 4; qq++) {
+                            const int k = 4 * h + qq; /* the hmask bit, moved to bit 2 */
+                            const __m256i hb = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
+                            q[i][qq] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 2 * qq), m3),
+                                                       _mm256_and_si256(hb, b2));
+                        }
+                        continue;
+                    }
                     const __m256i la = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + j)));
                     const __m256i lb = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 + j)));
                     const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + j)));
@@ -219,7 +236,7 @@ AI void tile_q6k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
                 for (int qq = 0; qq < 4; qq++) {
                     const int sb = 8 * h + 2 * qq + jp / 2, e = 128 * h + 32 * qq + 8 * jp;
                     const __m256i sc = dup_i8(w + 16 + 8 * sb);
-                    for (int c = 0; c < C; c++) { /* q in 0..63: pair sums <= 16002, two <= 32004 */
+                    for (int c = 0; c < C; c++) { /* Q6_K q in 0..63: pair sums <= 16002, two <= 32004 (Q3_K: 3556) */
                         const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(q[0][qq], bcast4s(AK(c, b)->qs + e)),
                                                            _mm256_maddubs_epi16(q[1][qq], bcast4s(AK(c, b)->qs + e + 4)));
                         is[c] = _mm256_add_epi32(is[c], _mm256_madd_epi16(p, sc));
@@ -237,8 +254,9 @@ AI void tile_q6k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
         for (int c = 0; c < C; c++) {
-            /* |is| <= 16 * 128 * 16 * 63 * 127 < 2^28, |32 ms| <= 32 * 16 * 128 * 2032 < 2^27: exact */
-            const __m256i I = _mm256_sub_epi32(is[c], _mm256_slli_epi32(ms[c], 5));
+            /* Q6_K: |is| <= 16 * 128 * 16 * 63 * 127 < 2^28, |32 ms| <= 32 * 16 * 128 * 2032 < 2^27;
+             * Q3_K: |is| <= 16 * 32 * 16 * 7 * 127 < 2^23, |4 ms| <= 4 * 16 * 32 * 2032 < 2^23: exact */
+            const __m256i I = _mm256_sub_epi32(is[c], _mm256_slli_epi32(ms[c], q3 ? 2 : 5));
             const __m256 da = _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]);
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(dw, da), acc[c]);
         }
@@ -270,10 +288,21 @@ static void tile_q6_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w,
                       const float *ad, const int32_t *as, size_t bn) {
     (void)as;
     switch (C) {
-    case 1: tile_q6k(nb, 1, y, ldy, w, a, ba, ad, bn); break;
-    case 2: tile_q6k(nb, 2, y, ldy, w, a, ba, ad, bn); break;
-    case 3: tile_q6k(nb, 3, y, ldy, w, a, ba, ad, bn); break;
-    default: tile_q6k(nb, 4, y, ldy, w, a, ba, ad, bn); break;
+    case 1: tile_q36k(nb, 1, y, ldy, w, a, ba, ad, bn, false); break;
+    case 2: tile_q36k(nb, 2, y, ldy, w, a, ba, ad, bn, false); break;
+    case 3: tile_q36k(nb, 3, y, ldy, w, a, ba, ad, bn, false); break;
+    default: tile_q36k(nb, 4, y, ldy, w, a, ba, ad, bn, false); break;
+    }
+}
+
+static void tile_q3_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
+                      const float *ad, const int32_t *as, size_t bn) {
+    (void)as;
+    switch (C) {
+    case 1: tile_q36k(nb, 1, y, ldy, w, a, ba, ad, bn, true); break;
+    case 2: tile_q36k(nb, 2, y, ldy, w, a, ba, ad, bn, true); break;
+    case 3: tile_q36k(nb, 3, y, ldy, w, a, ba, ad, bn, true); break;
+    default: tile_q36k(nb, 4, y, ldy, w, a, ba, ad, bn, true); break;
     }
 }
 
@@ -342,6 +371,7 @@ kern_pack_tile_fn kern_pack_tile_avx2(int wtype) {
     switch (wtype) {
     case KT_Q8_0: return tile_q8_0;
     case KT_Q4_0: return tile_q4_0;
+    case KT_Q3_K: return tile_q3_k;
     case KT_Q4_K: return tile_q4_k;
     case KT_Q5_K: return tile_q5_k;
     case KT_Q6_K: return tile_q6_k;

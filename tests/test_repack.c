@@ -24,9 +24,9 @@ static float frand(void) { /* uniform in [-1, 1) */
     return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-enum { NTYPES = 5 };
-static const int TYPES[NTYPES] = {KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q5_K, KT_Q6_K};
-static bool is_k(int t) { return t == KT_Q4_K || t == KT_Q5_K || t == KT_Q6_K; }
+enum { NTYPES = 6 };
+static const int TYPES[NTYPES] = {KT_Q8_0, KT_Q4_0, KT_Q3_K, KT_Q4_K, KT_Q5_K, KT_Q6_K};
+static bool is_k(int t) { return t == KT_Q3_K || t == KT_Q4_K || t == KT_Q5_K || t == KT_Q6_K; }
 /* K-quants with sub-block minimums */
 static bool has_min(int t) { return t == KT_Q4_K || t == KT_Q5_K; }
 /* K scaled to the type's block: K-quants take 256-element super-blocks */
@@ -35,7 +35,8 @@ static int64_t kdim(int t, int64_t k32) { return is_k(t) ? k32 * 8 : k32; }
 /* N x K weights of type t from random floats; Q8_0 rows also get a few
  * -128 bytes; every fifth K-quant row gets the extreme integers of the
  * overflow bounds in its first block (Q4_K: sc = m = 63, q = 15; Q5_K:
- * q = 31; Q6_K: sc = -128 and 127, q = 0 i.e. -32) */
+ * q = 31; Q6_K: sc = -128 and 127, q = 0 i.e. -32; Q3_K: sc = -32 and 31,
+ * q = -4) */
 static uint8_t *make_weights(int t, int64_t N, int64_t K) {
     const size_t rb = kern_row_bytes(t, K);
     uint8_t *W = malloc(rb * (size_t)N);
@@ -55,6 +56,17 @@ static uint8_t *make_weights(int t, int64_t N, int64_t K) {
             memset(b->scales, 0xff, sizeof b->scales);
             memset(b->qs, 0xff, sizeof b->qs);
             memset(b->qh, 0xff, sizeof b->qh);
+        }
+        if (n % 5 == 0 && t == KT_Q3_K) {
+            block_q3_K *b = (block_q3_K *)wr;
+            /* 6-bit v = sc + 32: v = 0 (sc -32) for even j, 63 (sc 31) for odd j */
+            memset(b->scales, 0, sizeof b->scales);
+            for (int j = 1; j < 16; j += 2) {
+                b->scales[j % 8] |= (uint8_t)(15 << (j < 8 ? 0 : 4));
+                b->scales[8 + j % 4] |= (uint8_t)(3 << (2 * (j / 4)));
+            }
+            memset(b->qs, 0, sizeof b->qs);
+            memset(b->hmask, 0, sizeof b->hmask);
         }
         if (n % 5 == 0 && t == KT_Q6_K) {
             block_q6_K *b = (block_q6_K *)wr;
@@ -76,8 +88,9 @@ static void test_roundtrip(void **state) {
             const int64_t N = Ns[ni], K = kdim(t, 96);
             const size_t rb = kern_row_bytes(t, K);
             uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K)), *row = malloc(rb);
-            /* the file's size, except Q4_K's and Q5_K's unpacked scales (4 more bytes per row and super-block) */
-            assert_int_equal(kern_pack_bytes(t, N, K), ((N + 7) / 8) * 8 * (has_min(t) ? rb + (size_t)K / QK_K * 4 : rb));
+            /* the file's size, except Q3_K's, Q4_K's and Q5_K's unpacked scales (4 more bytes per row and super-block) */
+            assert_int_equal(kern_pack_bytes(t, N, K),
+                             ((N + 7) / 8) * 8 * (has_min(t) || t == KT_Q3_K ? rb + (size_t)K / QK_K * 4 : rb));
             const int64_t G = (N + 7) / 8;
             kern_pack(W, t, N, K, P, 0, G / 2); /* two ranges, as two threads would */
             kern_pack(W, t, N, K, P, G / 2, G);
@@ -85,9 +98,15 @@ static void test_roundtrip(void **state) {
                 kern_unpack_row(P, t, G * 8, K, n, row);
                 assert_memory_equal(row, W + (size_t)n * rb, rb);
             }
-            for (int64_t n = N; n < G * 8; n++) { /* padding rows: d = 0, q = 0 */
+            for (int64_t n = N; n < G * 8; n++) { /* padding rows: d = 0, q = 0, scales 0 */
                 kern_unpack_row(P, t, G * 8, K, n, row);
-                for (size_t i = 0; i < rb; i++) assert_int_equal(row[i], 0);
+                if (t == KT_Q3_K) { /* a zero 6-bit scale is stored as 32: check the values */
+                    float *v = malloc(sizeof(float) * (size_t)K);
+                    kern_type_get(t)->to_float(row, v, K);
+                    for (int64_t k = 0; k < K; k++) assert_true(v[k] == 0.0f);
+                    free(v);
+                } else
+                    for (size_t i = 0; i < rb; i++) assert_int_equal(row[i], 0);
             }
             free(W); free(P); free(row);
         }
@@ -100,7 +119,8 @@ static float spec_dot(int t, const uint8_t *wrow, const block_q8_0 *a, int64_t K
         const block_q8_K *ak = (const block_q8_K *)a;
         for (int64_t b = 0; b < K / QK_K; b++) {
             kern_kblock u;
-            if (t == KT_Q4_K) kern_unpack_q4_k((const block_q4_K *)wrow + b, &u);
+            if (t == KT_Q3_K) kern_unpack_q3_k((const block_q3_K *)wrow + b, &u);
+            else if (t == KT_Q4_K) kern_unpack_q4_k((const block_q4_K *)wrow + b, &u);
             else if (t == KT_Q5_K) kern_unpack_q5_k((const block_q5_K *)wrow + b, &u);
             else kern_unpack_q6_k((const block_q6_K *)wrow + b, &u);
             int32_t I = 0, M = 0;
