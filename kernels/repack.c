@@ -97,11 +97,14 @@ static const pack_desc DESCS[] = {
     {KT_Q5_K, KT_Q8_K, QK_K, 1440, 4, 6,
      {{0, 2, 2, 0}, {2, 2, 2, 16}, {4, 8, 1, 32}, {12, 8, 2, 96}, {20, 32, 4, 160}, {52, 128, 4, 416}}, k45_canon,
      k45_uncanon},
+    {KT_Q2_K, KT_Q8_K, QK_K, 672, 0, 4, {{80, 2, 2, 0}, {82, 2, 2, 16}, {0, 16, 1, 32}, {16, 64, 4, 160}}, NULL, NULL},
     {KT_Q3_K, KT_Q8_K, QK_K, 912, 0, 4, {{0, 2, 2, 0}, {2, 16, 1, 16}, {50, 64, 4, 144}, {18, 32, 4, 656}}, k3_canon,
      k3_uncanon},
     {KT_Q6_K, KT_Q8_K, QK_K, 1680, 0, 4,
      {{208, 2, 2, 0}, {192, 16, 1, 16}, {0, 128, 4, 144}, {128, 64, 4, 1168}}, NULL, NULL},
 };
+static_assert(offsetof(block_q2_K, qs) == 16 && offsetof(block_q2_K, d) == 80 && offsetof(block_q2_K, dmin) == 82,
+              "block_q2_K layout");
 static_assert(offsetof(block_q6_K, qh) == 128 && offsetof(block_q6_K, scales) == 192 && offsetof(block_q6_K, d) == 208,
               "block_q6_K layout");
 
@@ -195,6 +198,9 @@ static int q4k(const uint8_t *w, size_t qs, int r, int e) {
 static int q5k(const uint8_t *w, int r, int e) {
     return q4k(w, 416, r, e) | (((chunked(w, 160, r, e % 32) >> (e / 32)) & 1) << 4);
 }
+static int q2k(const uint8_t *w, int r, int e) {
+    return (chunked(w, 160, r, 32 * (e / 128) + e % 32) >> (2 * ((e % 128) / 32))) & 3;
+}
 static int q3k(const uint8_t *w, int r, int e) {
     const int h = e / 128, qq = (e % 128) / 32, l = e % 32;
     return ((chunked(w, 144, r, 32 * h + l) >> (2 * qq)) & 3) | (((chunked(w, 656, r, l) >> (e / 32)) & 1) << 2);
@@ -223,6 +229,17 @@ static float out_ref(const pack_desc *D, int64_t nb, int r, const uint8_t *w, co
                     qa += (D->wtype == KT_Q4_K ? q4k(wb, 160, r, e) : q5k(wb, r, e)) * ab->qs[e];
                 I += wb[32 + 8 * s + r] * qa;
                 M += wb[96 + 16 * (s / 2) + 2 * r + s % 2] * (ab->bsums[2 * s] + ab->bsums[2 * s + 1]);
+            }
+            acc = fmaf((float)I, fp16_at(wb + 2 * r) * ab->d, acc);
+            acc = fmaf((float)M, -(fp16_at(wb + 16 + 2 * r) * ab->d), acc);
+        } else if (D->wtype == KT_Q2_K) {
+            const block_q8_K *ab = (const block_q8_K *)a + b;
+            int32_t I = 0, M = 0;
+            for (int s = 0; s < 16; s++) {
+                int32_t qa = 0;
+                for (int e = 16 * s; e < 16 * s + 16; e++) qa += q2k(wb, r, e) * ab->qs[e];
+                I += (wb[32 + 8 * s + r] & 15) * qa;
+                M += (wb[32 + 8 * s + r] >> 4) * ab->bsums[s];
             }
             acc = fmaf((float)I, fp16_at(wb + 2 * r) * ab->d, acc);
             acc = fmaf((float)M, -(fp16_at(wb + 16 + 2 * r) * ab->d), acc);

@@ -28,6 +28,9 @@
  *   Q5_Kx8 (1440 bytes; 180 per row vs 176, +2.3%): as Q4_Kx8 with
  *       @160 qh[8 j][8 r][4] (bit s of qh byte l: element 32s + l's fifth
  *       bit) and qs from @416
+ *   Q2_Kx8 (672 bytes = the file's 8 x 84): @0 d[8], @16 dmin[8],
+ *       @32 scales[16 s][8 r] (the file's bytes: scale | min << 4),
+ *       @160 qs[16 j][8 r][4]
  *   Q3_Kx8 (912 bytes; 114 per row vs 110, +3.6%): @0 d[8],
  *       @16 sc[16 s][8 r] (int8, -32..31, unpacked from the 12 scale
  *       bytes), @144 qs[16 j][8 r][4], @656 hmask[8 j][8 r][4]
@@ -35,7 +38,7 @@
  *       @0 d[8], @16 sc[16 s][8 r] (int8), @144 ql[32 j][8 r][4],
  *       @1168 qh[16 j][8 r][4] (ql, qh in chunks, element order of
  *       kernels/quants_k.h)
- * The Q4_0 / Q8_0 / Q6_K packed bytes are a permutation of the file's
+ * The Q4_0 / Q8_0 / Q2_K / Q6_K packed bytes are a permutation of the file's
  * blocks; Q3_K's, Q4_K's and Q5_K's scale bytes are unpacked (a
  * bijection, so rows unpack to the identical bytes).
  *
@@ -59,6 +62,11 @@
  *       (|I| <= 8 * 63 * 32 * 31 * 127 < 2^26: exact int32, its float
  *       conversion rounds to nearest like every tier's; |M| <= 8 * 63 *
  *       32 * 127 < 2^21: exact)
+ *   Q2_K (q in 0..3, sub-blocks s of 16, sc_s, m_s in 0..15):
+ *       I = sum_s sc_s * sum_{e in s} q_e a_e,  M = sum_s m_s * bsum_s
+ *       acc = fmaf((float)I, d_w * d_a, acc)
+ *       acc = fmaf((float)M, -(dmin_w * d_a), acc)
+ *       (|I| <= 16 * 15 * 16 * 3 * 127 < 2^21, |M| < 2^19: exact)
  *   Q6_K (q in 0..63, offset 32, sub-blocks s of 16, int8 sc_s), and
  *   Q3_K (q in 0..7, offset 4, sc_s in -32..31):
  *       I = sum_s sc_s * sum_{e in s} (q_e - off) a_e
@@ -78,7 +86,7 @@
 
 #define KERN_PACK_ROWS 8
 
-/* true if wtype has a packed layout (Q4_0, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K) */
+/* true if wtype has a packed layout (Q4_0, Q8_0, Q2_K .. Q6_K) */
 bool kern_pack_supported(int wtype);
 /* bytes of the packed N x K matrix (K a multiple of the type's block size) */
 size_t kern_pack_bytes(int wtype, int64_t N, int64_t K);
@@ -103,7 +111,7 @@ void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, 
  * activation type (Q8_0 or Q8_K), ba bytes apart; ad: per activation row
  * (bn floats apart) its nb block scales as floats; as: per activation row
  * (bn * X int32 apart) X int32 extras per block, X per weight type:
- *   Q4_0: 1, the block's sum of q;  Q8_0, Q3_K, Q6_K: 0 (as unused);
+ *   Q4_0: 1, the block's sum of q;  Q8_0, Q2_K, Q3_K, Q6_K: 0 (as unused);
  *   Q4_K, Q5_K: 4, extra p = the sums of q over the 32-element sub-blocks 2p
  *         and 2p+1 as two int16 (2p in the low half; |sum| <= 4064). */
 typedef void (*kern_pack_tile_fn)(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a,

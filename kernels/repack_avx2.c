@@ -28,6 +28,8 @@
  *         int32 (bounds in kernels/repack.h), so the integers equal the
  *         spec's whatever the order.
  *   Q3_K: as Q6_K with q = 2 low bits | hmask bit << 2 in [0, 7], offset 4.
+ *   Q2_K: as Q6_K with q in [0, 3], 4-bit scales, and 4-bit mins as Q4_K's
+ *         (against the 16-element bsums directly).
  * Up to 4 activation rows share each weight load. */
 #include <immintrin.h>
 #include <math.h>
@@ -190,19 +192,25 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
     for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
 }
 
-/* Q6_K, and Q3_K (q3): both have 16 int8 sub-block scales at @16 and an
- * offset q - off (Q6_K: 32, Q3_K: 4); the quarters qq of chunk j of half h
- * are elements 128h + 32qq + 4j .. +3, sub-block 8h + 2qq + j/4.
+/* The K-quants with 16-element sub-blocks: Q6_K, Q3_K, Q2_K (kind).
+ * Scales at @16 (Q6_K, Q3_K: int8; Q2_K: @32, the file's byte, scale in
+ * the low nibble, min in the high one); quarter qq of chunk j of half h
+ * is elements 128h + 32qq + 4j .. +3, sub-block 8h + 2qq + j/4.
  *   Q6_K: ql chunks 16h + j (quarters 0, 2: low, high nibble) and
- *         16h + 8 + j (quarters 1, 3), qh chunk 8h + j (bits 2qq).
- *   Q3_K: qs chunk 8h + j (bits 2qq), hmask chunk j (bit 4h + qq). */
-AI void tile_q36k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
-                  const float *ad, size_t bn, const bool q3) {
+ *         16h + 8 + j (quarters 1, 3), qh chunk 8h + j (bits 2qq); q - 32.
+ *   Q3_K: qs chunk 8h + j (bits 2qq), hmask chunk j (bit 4h + qq); q - 4.
+ *   Q2_K: qs chunk 8h + j (bits 2qq); minus the mins (from bsums). */
+enum { K16_Q6, K16_Q3, K16_Q2 };
+
+AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
+                 const float *ad, size_t bn, const int kind) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4);
-    const size_t xb = q3 ? 912 : 1680;
+    const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4), lo4 = _mm256_set1_epi16(0x0f);
+    const __m256 neg = _mm256_set1_ps(-0.0f);
+    const size_t xb = kind == K16_Q6 ? 1680 : kind == K16_Q3 ? 912 : 672, qso = kind == K16_Q2 ? 160 : 144;
+    const size_t sco = kind == K16_Q2 ? 32 : 16;
     for (int64_t b = 0; b < nb; b++, w += xb) {
         __m256i is[4], ms[4];
         for (int c = 0; c < C; c++) is[c] = ms[c] = _mm256_setzero_si256();
@@ -213,14 +221,17 @@ AI void tile_q36k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
                 __m256i q[2][4];
                 for (int i = 0; i < 2; i++) {
                     const int j = 2 * jp + i;
-                    if (q3) { /* q = 2 low bits | third bit << 2, in 0..7 */
-                        const __m256i l = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (8 * h + j)));
-                        const __m256i hm = _mm256_loadu_si256((const __m256i *)(w + 656 + 32 * j));
+                    if (kind != K16_Q6) { /* Q2_K: q = 2 bits; Q3_K: | hmask bit << 2 (0..7) */
+                        const __m256i l = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * (8 * h + j)));
+                        const __m256i hm =
+                            kind == K16_Q3 ? _mm256_loadu_si256((const __m256i *)(w + 656 + 32 * j)) : _mm256_setzero_si256();
                         for (int qq = 0; qq < 4; qq++) {
-                            const int k = 4 * h + qq; /* the hmask bit, moved to bit 2 */
-                            const __m256i hb = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
-                            q[i][qq] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 2 * qq), m3),
-                                                       _mm256_and_si256(hb, b2));
+                            q[i][qq] = _mm256_and_si256(_mm256_srli_epi16(l, 2 * qq), m3);
+                            if (kind == K16_Q3) {
+                                const int k = 4 * h + qq; /* the hmask bit, moved to bit 2 */
+                                const __m256i hb = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
+                                q[i][qq] = _mm256_or_si256(q[i][qq], _mm256_and_si256(hb, b2));
+                            }
                         }
                         continue;
                     }
@@ -235,17 +246,20 @@ AI void tile_q36k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
                 }
                 for (int qq = 0; qq < 4; qq++) {
                     const int sb = 8 * h + 2 * qq + jp / 2, e = 128 * h + 32 * qq + 8 * jp;
-                    const __m256i sc = dup_i8(w + 16 + 8 * sb);
-                    for (int c = 0; c < C; c++) { /* Q6_K q in 0..63: pair sums <= 16002, two <= 32004 (Q3_K: 3556) */
+                    const __m256i sc = kind == K16_Q2 ? _mm256_and_si256(dup_u8(w + sco + 8 * sb), lo4) : dup_i8(w + sco + 8 * sb);
+                    for (int c = 0; c < C; c++) { /* Q6_K q in 0..63: pair sums <= 16002, two <= 32004 (Q3_K: 3556, Q2_K: 1524) */
                         const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(q[0][qq], bcast4s(AK(c, b)->qs + e)),
                                                            _mm256_maddubs_epi16(q[1][qq], bcast4s(AK(c, b)->qs + e + 4)));
                         is[c] = _mm256_add_epi32(is[c], _mm256_madd_epi16(p, sc));
                     }
                 }
             }
-        for (int pp = 0; pp < 8; pp++) { /* each row's (sc_2pp, sc_2pp+1) against bsums (2pp, 2pp+1) */
-            const __m256i sp = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + 16 + 16 * pp)),
-                                                                      _mm_loadl_epi64((const __m128i *)(w + 24 + 16 * pp))));
+        /* each row's (x_2pp, x_2pp+1) against bsums (2pp, 2pp+1): x = the
+         * scales (Q6_K, Q3_K: the offset) or the mins (Q2_K) */
+        for (int pp = 0; pp < 8; pp++) {
+            const __m128i v = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + sco + 16 * pp)),
+                                                _mm_loadl_epi64((const __m128i *)(w + sco + 8 + 16 * pp)));
+            const __m256i sp = kind == K16_Q2 ? _mm256_srli_epi16(_mm256_cvtepu8_epi16(v), 4) : _mm256_cvtepi8_epi16(v);
             for (int c = 0; c < C; c++) {
                 int32_t bs;
                 memcpy(&bs, AK(c, b)->bsums + 2 * pp, 4);
@@ -254,10 +268,16 @@ AI void tile_q36k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
         for (int c = 0; c < C; c++) {
+            const __m256 da = _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]);
+            if (kind == K16_Q2) { /* |is| <= 16 * 15 * 16 * 3 * 127 < 2^21, |ms| <= 16 * 15 * 2032 < 2^19 */
+                const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]), _mm256_mul_ps(dw, da), acc[c]);
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms[c]), _mm256_xor_ps(_mm256_mul_ps(dm, da), neg), acc[c]);
+                continue;
+            }
             /* Q6_K: |is| <= 16 * 128 * 16 * 63 * 127 < 2^28, |32 ms| <= 32 * 16 * 128 * 2032 < 2^27;
              * Q3_K: |is| <= 16 * 32 * 16 * 7 * 127 < 2^23, |4 ms| <= 4 * 16 * 32 * 2032 < 2^23: exact */
-            const __m256i I = _mm256_sub_epi32(is[c], _mm256_slli_epi32(ms[c], q3 ? 2 : 5));
-            const __m256 da = _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]);
+            const __m256i I = _mm256_sub_epi32(is[c], _mm256_slli_epi32(ms[c], kind == K16_Q3 ? 2 : 5));
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(dw, da), acc[c]);
         }
     }
@@ -288,10 +308,10 @@ static void tile_q6_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w,
                       const float *ad, const int32_t *as, size_t bn) {
     (void)as;
     switch (C) {
-    case 1: tile_q36k(nb, 1, y, ldy, w, a, ba, ad, bn, false); break;
-    case 2: tile_q36k(nb, 2, y, ldy, w, a, ba, ad, bn, false); break;
-    case 3: tile_q36k(nb, 3, y, ldy, w, a, ba, ad, bn, false); break;
-    default: tile_q36k(nb, 4, y, ldy, w, a, ba, ad, bn, false); break;
+    case 1: tile_k16(nb, 1, y, ldy, w, a, ba, ad, bn, K16_Q6); break;
+    case 2: tile_k16(nb, 2, y, ldy, w, a, ba, ad, bn, K16_Q6); break;
+    case 3: tile_k16(nb, 3, y, ldy, w, a, ba, ad, bn, K16_Q6); break;
+    default: tile_k16(nb, 4, y, ldy, w, a, ba, ad, bn, K16_Q6); break;
     }
 }
 
@@ -299,10 +319,21 @@ static void tile_q3_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w,
                       const float *ad, const int32_t *as, size_t bn) {
     (void)as;
     switch (C) {
-    case 1: tile_q36k(nb, 1, y, ldy, w, a, ba, ad, bn, true); break;
-    case 2: tile_q36k(nb, 2, y, ldy, w, a, ba, ad, bn, true); break;
-    case 3: tile_q36k(nb, 3, y, ldy, w, a, ba, ad, bn, true); break;
-    default: tile_q36k(nb, 4, y, ldy, w, a, ba, ad, bn, true); break;
+    case 1: tile_k16(nb, 1, y, ldy, w, a, ba, ad, bn, K16_Q3); break;
+    case 2: tile_k16(nb, 2, y, ldy, w, a, ba, ad, bn, K16_Q3); break;
+    case 3: tile_k16(nb, 3, y, ldy, w, a, ba, ad, bn, K16_Q3); break;
+    default: tile_k16(nb, 4, y, ldy, w, a, ba, ad, bn, K16_Q3); break;
+    }
+}
+
+static void tile_q2_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
+                      const float *ad, const int32_t *as, size_t bn) {
+    (void)as;
+    switch (C) {
+    case 1: tile_k16(nb, 1, y, ldy, w, a, ba, ad, bn, K16_Q2); break;
+    case 2: tile_k16(nb, 2, y, ldy, w, a, ba, ad, bn, K16_Q2); break;
+    case 3: tile_k16(nb, 3, y, ldy, w, a, ba, ad, bn, K16_Q2); break;
+    default: tile_k16(nb, 4, y, ldy, w, a, ba, ad, bn, K16_Q2); break;
     }
 }
 
@@ -371,6 +402,7 @@ kern_pack_tile_fn kern_pack_tile_avx2(int wtype) {
     switch (wtype) {
     case KT_Q8_0: return tile_q8_0;
     case KT_Q4_0: return tile_q4_0;
+    case KT_Q2_K: return tile_q2_k;
     case KT_Q3_K: return tile_q3_k;
     case KT_Q4_K: return tile_q4_k;
     case KT_Q5_K: return tile_q5_k;

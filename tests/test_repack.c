@@ -24,11 +24,23 @@ static float frand(void) { /* uniform in [-1, 1) */
     return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-enum { NTYPES = 6 };
-static const int TYPES[NTYPES] = {KT_Q8_0, KT_Q4_0, KT_Q3_K, KT_Q4_K, KT_Q5_K, KT_Q6_K};
-static bool is_k(int t) { return t == KT_Q3_K || t == KT_Q4_K || t == KT_Q5_K || t == KT_Q6_K; }
+enum { NTYPES = 7 };
+static const int TYPES[NTYPES] = {KT_Q8_0, KT_Q4_0, KT_Q2_K, KT_Q3_K, KT_Q4_K, KT_Q5_K, KT_Q6_K};
+static bool is_k(int t) { return t == KT_Q2_K || t == KT_Q3_K || t == KT_Q4_K || t == KT_Q5_K || t == KT_Q6_K; }
 /* K-quants with sub-block minimums */
-static bool has_min(int t) { return t == KT_Q4_K || t == KT_Q5_K; }
+static bool has_min(int t) { return t == KT_Q2_K || t == KT_Q4_K || t == KT_Q5_K; }
+/* packed bytes per row and super-block beyond the file's: the unpacked 12 scale bytes */
+static size_t extra_bytes(int t) { return t == KT_Q3_K || t == KT_Q4_K || t == KT_Q5_K ? 4 : 0; }
+/* one super-block in the integer view */
+static void unpack_k(int t, const uint8_t *row, int64_t b, kern_kblock *u) {
+    switch (t) {
+    case KT_Q2_K: kern_unpack_q2_k((const block_q2_K *)row + b, u); break;
+    case KT_Q3_K: kern_unpack_q3_k((const block_q3_K *)row + b, u); break;
+    case KT_Q4_K: kern_unpack_q4_k((const block_q4_K *)row + b, u); break;
+    case KT_Q5_K: kern_unpack_q5_k((const block_q5_K *)row + b, u); break;
+    default: kern_unpack_q6_k((const block_q6_K *)row + b, u); break;
+    }
+}
 /* K scaled to the type's block: K-quants take 256-element super-blocks */
 static int64_t kdim(int t, int64_t k32) { return is_k(t) ? k32 * 8 : k32; }
 
@@ -36,7 +48,7 @@ static int64_t kdim(int t, int64_t k32) { return is_k(t) ? k32 * 8 : k32; }
  * -128 bytes; every fifth K-quant row gets the extreme integers of the
  * overflow bounds in its first block (Q4_K: sc = m = 63, q = 15; Q5_K:
  * q = 31; Q6_K: sc = -128 and 127, q = 0 i.e. -32; Q3_K: sc = -32 and 31,
- * q = -4) */
+ * q = -4; Q2_K: sc = m = 15, q = 3) */
 static uint8_t *make_weights(int t, int64_t N, int64_t K) {
     const size_t rb = kern_row_bytes(t, K);
     uint8_t *W = malloc(rb * (size_t)N);
@@ -56,6 +68,11 @@ static uint8_t *make_weights(int t, int64_t N, int64_t K) {
             memset(b->scales, 0xff, sizeof b->scales);
             memset(b->qs, 0xff, sizeof b->qs);
             memset(b->qh, 0xff, sizeof b->qh);
+        }
+        if (n % 5 == 0 && t == KT_Q2_K) {
+            block_q2_K *b = (block_q2_K *)wr;
+            memset(b->scales, 0xff, sizeof b->scales);
+            memset(b->qs, 0xff, sizeof b->qs);
         }
         if (n % 5 == 0 && t == KT_Q3_K) {
             block_q3_K *b = (block_q3_K *)wr;
@@ -88,9 +105,8 @@ static void test_roundtrip(void **state) {
             const int64_t N = Ns[ni], K = kdim(t, 96);
             const size_t rb = kern_row_bytes(t, K);
             uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K)), *row = malloc(rb);
-            /* the file's size, except Q3_K's, Q4_K's and Q5_K's unpacked scales (4 more bytes per row and super-block) */
-            assert_int_equal(kern_pack_bytes(t, N, K),
-                             ((N + 7) / 8) * 8 * (has_min(t) || t == KT_Q3_K ? rb + (size_t)K / QK_K * 4 : rb));
+            /* the file's size, except Q3_K's, Q4_K's and Q5_K's unpacked scales */
+            assert_int_equal(kern_pack_bytes(t, N, K), ((N + 7) / 8) * 8 * (rb + (size_t)K / QK_K * extra_bytes(t)));
             const int64_t G = (N + 7) / 8;
             kern_pack(W, t, N, K, P, 0, G / 2); /* two ranges, as two threads would */
             kern_pack(W, t, N, K, P, G / 2, G);
@@ -119,10 +135,7 @@ static float spec_dot(int t, const uint8_t *wrow, const block_q8_0 *a, int64_t K
         const block_q8_K *ak = (const block_q8_K *)a;
         for (int64_t b = 0; b < K / QK_K; b++) {
             kern_kblock u;
-            if (t == KT_Q3_K) kern_unpack_q3_k((const block_q3_K *)wrow + b, &u);
-            else if (t == KT_Q4_K) kern_unpack_q4_k((const block_q4_K *)wrow + b, &u);
-            else if (t == KT_Q5_K) kern_unpack_q5_k((const block_q5_K *)wrow + b, &u);
-            else kern_unpack_q6_k((const block_q6_K *)wrow + b, &u);
+            unpack_k(t, wrow, b, &u);
             int32_t I = 0, M = 0;
             for (int s = 0; s < QK_K / u.sub; s++) {
                 int32_t qa = 0, sa = 0;
@@ -225,18 +238,17 @@ static void test_vs_matmul_ref(void **state) {
     for (int ti = 0; ti < NTYPES; ti++) {
         const int t = TYPES[ti];
         uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
-        /* |terms| the float arithmetic rounds: Q4_K's and Q5_K's two products
-         * per super-block are d sc q and dmin m (not their difference w) */
+        /* |terms| the float arithmetic rounds: with minimums (Q2_K, Q4_K, Q5_K)
+         * the two products per super-block are d sc q and dmin m (not w) */
         float *wm = malloc(sizeof(float) * N * K);
         for (int n = 0; n < N; n++)
             for (int b = 0; b < K / QK_K; b++) {
                 if (!has_min(t)) break;
                 kern_kblock u;
-                const uint8_t *wr = W + (size_t)n * kern_row_bytes(t, K);
-                if (t == KT_Q4_K) kern_unpack_q4_k((const block_q4_K *)wr + b, &u);
-                else kern_unpack_q5_k((const block_q5_K *)wr + b, &u);
+                unpack_k(t, W + (size_t)n * kern_row_bytes(t, K), b, &u);
                 for (int e = 0; e < QK_K; e++)
-                    wm[n * K + b * QK_K + e] = fabsf(u.d * (float)u.sc[e / 32] * u.q[e]) + fabsf(u.dmin * (float)u.mn[e / 32]);
+                    wm[n * K + b * QK_K + e] =
+                        fabsf(u.d * (float)u.sc[e / u.sub] * u.q[e]) + fabsf(u.dmin * (float)u.mn[e / u.sub]);
             }
         kern_pack(W, t, N, K, P, 0, (N + 7) / 8);
         float *x = malloc(sizeof(float) * T * K), *y = malloc(sizeof(float) * T * N), *yr = malloc(sizeof(float) * T * N),
