@@ -121,4 +121,18 @@ kern_pack_tile_fn kern_pack_tile_avx2(int wtype);
 /* kern_quant_q8_k_ref in AVX2, the same bytes for finite x (tests/test_repack.c) */
 void kern_pack_quant_q8_k_avx2(const float *x, void *y, int64_t n);
 
+/* ---- F16 (kernels/repack_f16.c): element k of 8 rows side by side -------------------
+ * Layout and spec in repack_f16.c: activations rounded to F16, one fmaf
+ * chain in k order per output. */
+size_t kern_pack_f16_bytes(int64_t N, int64_t K);
+void kern_pack_f16(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1);
+void kern_unpack_f16_row(const void *P, int64_t K, int64_t n, void *row);
+void kern_matmul_packed_f16(core_pool *pool, void *scratch, const void *P, const float *x, float *y, int T, int64_t N,
+                            int64_t K);
+void kern_matmul_packed_f16_ref(const void *P, const float *x, float *y, int T, int64_t N, int64_t K);
+/* G (1, 2 or 8) groups x C (1..4) activation rows: y[c * ldy + 8 gi + r] */
+typedef void (*kern_pack_f16_tile_fn)(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w,
+                                      const float *a, size_t ba);
+kern_pack_f16_tile_fn kern_pack_f16_tile_avx2(void);
+
 #endif

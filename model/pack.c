@@ -17,7 +17,8 @@ static void pack_task(void *ctx, int ith, int nth) {
     const pack_job *j = ctx;
     int64_t lo, hi;
     core_split((j->w->rows + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS, ith, nth, &lo, &hi);
-    kern_pack(j->w->data, j->w->type, j->w->rows, j->w->cols, j->dst, lo, hi);
+    if (j->w->type == KT_F16) kern_pack_f16(j->w->data, j->w->rows, j->w->cols, j->dst, lo, hi);
+    else kern_pack(j->w->data, j->w->type, j->w->rows, j->w->cols, j->dst, lo, hi);
 }
 
 /* the whole pages inside [p, p + n): given back to the kernel (a private
@@ -29,10 +30,16 @@ static void drop_pages(const void *p, size_t n) {
 }
 
 static kvant_code pack_one(model *m, model_mat *w, bool drop, kvant_status *st) {
-    if (!w->data || w->packed || !kern_pack_supported(w->type) || w->cols % kern_type_get(w->type)->block_size)
+    const bool f16 = w->type == KT_F16;
+    if (!w->data || w->packed || !(f16 || kern_pack_supported(w->type)) || w->cols % 32 ||
+        w->cols % kern_type_get(w->type)->block_size) /* K-quants: 256 */
         return KVANT_OK;
-    const size_t bytes = kern_pack_bytes(w->type, w->rows, w->cols);
-    void *dst = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    const size_t bytes = f16 ? kern_pack_f16_bytes(w->rows, w->cols) : kern_pack_bytes(w->type, w->rows, w->cols);
+    /* 2 MiB-aligned and advised as huge pages: decode streams the whole matrix,
+     * and 4 KiB pages cost a TLB miss every 4 KiB */
+    const size_t huge = (size_t)2 << 20;
+    void *dst = aligned_alloc(huge, (bytes + huge - 1) & ~(huge - 1));
+    if (dst) madvise(dst, (bytes + huge - 1) & ~(huge - 1), MADV_HUGEPAGE);
     void **list = realloc(m->packed, (size_t)(m->n_packed + 1) * sizeof *list);
     if (!dst || !list) {
         free(dst);

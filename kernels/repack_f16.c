@@ -1,0 +1,130 @@
+/* repack_f16.c - F16 weights in groups of 8 rows (kernels/repack.h): the
+ * packing, the reference tile (the spec in plain C) and the driver.
+ *
+ * Layout: group g, element k: the 8 rows' halves at [k][r] (16 bytes), so
+ * one vcvtph2ps gives element k of 8 rows; missing rows of the last group
+ * are zero.  The packed matrix has the file's size.
+ * Arithmetic (spec): activations are rounded to F16 (the F16 quantizer, the
+ * same bytes at every tier) and used as floats; per output
+ *   acc = 0; for k in order: acc = fmaf(w[n][k], a[t][k], acc); y = acc
+ * one chain per output, so any tile shape, T and thread split give the
+ * same bits.  The tile keeps many chains in flight (8-row lanes times
+ * groups times activation rows) to hide the FMA latency. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "kernels/repack.h"
+
+static int64_t n_groups(int64_t N) { return (N + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS; }
+
+size_t kern_pack_f16_bytes(int64_t N, int64_t K) { return (size_t)n_groups(N) * KERN_PACK_ROWS * (size_t)K * 2; }
+
+void kern_pack_f16(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; g++) {
+        uint16_t *o = (uint16_t *)dst + (size_t)g * KERN_PACK_ROWS * (size_t)K;
+        for (int r = 0; r < KERN_PACK_ROWS; r++) {
+            const int64_t n = g * KERN_PACK_ROWS + r;
+            const uint16_t *s = (const uint16_t *)W + (size_t)n * (size_t)K;
+            for (int64_t k = 0; k < K; k++) o[(size_t)k * KERN_PACK_ROWS + (size_t)r] = n < N ? s[k] : 0;
+        }
+    }
+}
+
+void kern_unpack_f16_row(const void *P, int64_t K, int64_t n, void *row) {
+    const uint16_t *o = (const uint16_t *)P + (size_t)(n / KERN_PACK_ROWS) * KERN_PACK_ROWS * (size_t)K;
+    for (int64_t k = 0; k < K; k++) ((uint16_t *)row)[k] = o[(size_t)k * KERN_PACK_ROWS + (size_t)(n % KERN_PACK_ROWS)];
+}
+
+/* the spec: groups g0 .. g0+G-1 against activation rows a[0..C) (floats, ba apart) */
+static void tile_ref(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const float *a, size_t ba) {
+    for (int c = 0; c < C; c++)
+        for (int gr = 0; gr < G * KERN_PACK_ROWS; gr++) {
+            const uint16_t *wg = w + (size_t)(gr / KERN_PACK_ROWS) * KERN_PACK_ROWS * (size_t)K;
+            float acc = 0.0f;
+            for (int64_t k = 0; k < K; k++)
+                acc = fmaf(kern_fp16_to_fp32(wg[(size_t)k * KERN_PACK_ROWS + (size_t)(gr % KERN_PACK_ROWS)]),
+                           a[(size_t)c * ba + (size_t)k], acc);
+            y[(size_t)c * ldy + (size_t)gr] = acc;
+        }
+}
+
+typedef struct {
+    kern_pack_f16_tile_fn tile; /* NULL: tile_ref */
+    const uint16_t *P;
+    const float *a;             /* T rows of K floats (F16-rounded) */
+    float *y;
+    int T;
+    int64_t N, K;
+} f16_job;
+
+/* groups [g, g + G) against rows [t0, t0 + C) */
+static void run_tile(const f16_job *j, int64_t g, int G, int t0, int C) {
+    const uint16_t *w = j->P + (size_t)g * KERN_PACK_ROWS * (size_t)j->K;
+    const float *a = j->a + (size_t)t0 * (size_t)j->K;
+    const int64_t n0 = g * KERN_PACK_ROWS;
+    float *y = j->y + (size_t)t0 * (size_t)j->N + (size_t)n0;
+    if (n0 + (int64_t)G * KERN_PACK_ROWS <= j->N) {
+        if (j->tile) j->tile(j->K, G, C, y, (size_t)j->N, w, a, (size_t)j->K);
+        else tile_ref(j->K, G, C, y, (size_t)j->N, w, a, (size_t)j->K);
+        return;
+    }
+    float tmp[4 * KERN_PACK_ROWS]; /* the last, partial group (G = 1) */
+    if (j->tile) j->tile(j->K, 1, C, tmp, KERN_PACK_ROWS, w, a, (size_t)j->K);
+    else tile_ref(j->K, 1, C, tmp, KERN_PACK_ROWS, w, a, (size_t)j->K);
+    for (int c = 0; c < C; c++)
+        for (int64_t n = n0; n < j->N; n++) y[(size_t)c * (size_t)j->N + (size_t)(n - n0)] = tmp[c * KERN_PACK_ROWS + (n - n0)];
+}
+
+static void f16_task(void *ctx, int ith, int nth) {
+    const f16_job *j = ctx;
+    int64_t lo, hi;
+    core_split(n_groups(j->N), ith, nth, &lo, &hi);
+    const int64_t full = hi < j->N / KERN_PACK_ROWS ? hi : j->N / KERN_PACK_ROWS; /* groups before it have 8 rows */
+    /* decode: 8 groups (64 rows, 8 chains) per tile; prefill: 2 groups x 4 rows,
+     * each pair of groups against every activation row while it sits in L2 */
+    const int GB = j->T == 1 ? 8 : 2;
+    for (int64_t g = lo; g < full;) {
+        const int G = full - g >= GB ? GB : 1;
+        for (int t0 = 0; t0 < j->T; t0 += 4) run_tile(j, g, G, t0, j->T - t0 < 4 ? j->T - t0 : 4);
+        g += G;
+    }
+    if (hi > full && full >= lo) /* the partial last group */
+        for (int t0 = 0; t0 < j->T; t0 += 4) run_tile(j, full, 1, t0, j->T - t0 < 4 ? j->T - t0 : 4);
+}
+
+/* x rounded to F16 and back, T rows of K floats, into scratch */
+static void prep_acts(const float *x, float *a, int T, int64_t K, bool ref) {
+    const kern_from_float_fn q = ref ? kern_type_get(KT_F16)->from_float_ref : kern_ops(KT_F16)->from_float;
+    const kern_to_float_fn d = ref ? kern_type_get(KT_F16)->to_float : kern_ops(KT_F16)->to_float;
+    uint16_t h[256];
+    for (size_t i = 0, n = (size_t)T * (size_t)K; i < n; i += 256) {
+        const int64_t m = n - i < 256 ? (int64_t)(n - i) : 256;
+        q(x + i, h, m);
+        d(h, a + i, m);
+    }
+}
+
+static void run(core_pool *pool, void *scratch, const void *P, const float *x, float *y, int T, int64_t N, int64_t K,
+                bool ref) {
+    f16_job j = {.P = P, .a = scratch, .y = y, .T = T, .N = N, .K = K};
+#if defined(__x86_64__) || defined(_M_X64)
+    if (!ref && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_f16_tile_avx2();
+#endif
+    prep_acts(x, scratch, T, K, ref);
+    if (pool && !ref && (double)N * (double)K * T >= KERN_MT_MIN_WORK) core_pool_run(pool, f16_task, &j);
+    else f16_task(&j, 0, 1);
+}
+
+void kern_matmul_packed_f16(core_pool *pool, void *scratch, const void *P, const float *x, float *y, int T, int64_t N,
+                            int64_t K) {
+    run(pool, scratch, P, x, y, T, N, K, false);
+}
+
+void kern_matmul_packed_f16_ref(const void *P, const float *x, float *y, int T, int64_t N, int64_t K) {
+    void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
+    CORE_ASSERT(scratch);
+    run(NULL, scratch, P, x, y, T, N, K, true);
+    free(scratch);
+}

@@ -1,0 +1,71 @@
+/* repack_f16_avx2.c - the AVX2 tile of packed F16 groups (kernels/repack_f16.c):
+ * per k, one vcvtph2ps gives 8 rows' weights, a broadcast gives the
+ * activation, one FMA advances 8 outputs' chains.  G groups x C activation
+ * rows of chains are in flight; each lane is the spec's fmaf chain. */
+#include <immintrin.h>
+
+#include "kernels/repack.h"
+
+#define AI static inline __attribute__((always_inline))
+
+/* G groups x C activation rows; G * C <= 8 so the chains stay in registers */
+AI void tile(int64_t K, const int G, const int C, float *y, size_t ldy, const uint16_t *w, const float *a, size_t ba) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0, acc5 = acc0, acc6 = acc0,
+           acc7 = acc0;
+    const size_t gs = (size_t)K * KERN_PACK_ROWS; /* halves per group */
+#define W(g) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + (size_t)(g) * gs + (size_t)k * 8)))
+#define A(c) _mm256_broadcast_ss(a + (size_t)(c) * ba + (size_t)k)
+#define F(acc, wv, av) acc = _mm256_fmadd_ps(wv, av, acc)
+    if (G == 8) { /* C == 1 */
+        for (int64_t k = 0; k < K; k++) {
+            const __m256 av = A(0);
+            F(acc0, W(0), av); F(acc1, W(1), av); F(acc2, W(2), av); F(acc3, W(3), av);
+            F(acc4, W(4), av); F(acc5, W(5), av); F(acc6, W(6), av); F(acc7, W(7), av);
+        }
+        __m256 r[8] = {acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7};
+        for (int g = 0; g < 8; g++) _mm256_storeu_ps(y + (size_t)g * 8, r[g]);
+        return;
+    }
+    /* G <= 2, C <= 4: acc(4 g + c) */
+    for (int64_t k = 0; k < K; k++) {
+        const __m256 w0 = W(0), w1 = G > 1 ? W(1) : w0;
+        const __m256 a0 = A(0);
+        F(acc0, w0, a0);
+        if (G > 1) F(acc4, w1, a0);
+        if (C > 1) { const __m256 a1 = A(1); F(acc1, w0, a1); if (G > 1) F(acc5, w1, a1); }
+        if (C > 2) { const __m256 a2 = A(2); F(acc2, w0, a2); if (G > 1) F(acc6, w1, a2); }
+        if (C > 3) { const __m256 a3 = A(3); F(acc3, w0, a3); if (G > 1) F(acc7, w1, a3); }
+    }
+#undef W
+#undef A
+#undef F
+    __m256 r[8] = {acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7};
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy + (size_t)g * 8, r[4 * g + c]);
+}
+
+static void tile_f16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const float *a, size_t ba) {
+#define CASE_C(GG)                                                   \
+    switch (C) {                                                     \
+    case 1: tile(K, GG, 1, y, ldy, w, a, ba); break;                 \
+    case 2: tile(K, GG, 2, y, ldy, w, a, ba); break;                 \
+    case 3: tile(K, GG, 3, y, ldy, w, a, ba); break;                 \
+    default: tile(K, GG, 4, y, ldy, w, a, ba); break;                \
+    }
+    if (G == 8 && C == 1) tile(K, 8, 1, y, ldy, w, a, ba);
+    else if (G == 2) { CASE_C(2) }
+    else if (G == 1) { CASE_C(1) }
+    else for (int g = 0; g < G; g++) { /* other shapes: group by group */
+        const uint16_t *wg = w + (size_t)g * (size_t)K * KERN_PACK_ROWS;
+        float *yg = y + (size_t)g * 8;
+        switch (C) {
+        case 1: tile(K, 1, 1, yg, ldy, wg, a, ba); break;
+        case 2: tile(K, 1, 2, yg, ldy, wg, a, ba); break;
+        case 3: tile(K, 1, 3, yg, ldy, wg, a, ba); break;
+        default: tile(K, 1, 4, yg, ldy, wg, a, ba); break;
+        }
+    }
+#undef CASE_C
+}
+
+kern_pack_f16_tile_fn kern_pack_f16_tile_avx2(void) { return tile_f16; }
