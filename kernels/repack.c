@@ -114,17 +114,29 @@ static const pack_desc *desc_of(int wtype) {
     return NULL;
 }
 
-bool kern_pack_supported(int wtype) { return desc_of(wtype) != NULL; }
+/* F16 has its own layout and tile (kernels/repack_f16.c); these entry points route it there */
+bool kern_pack_supported(int wtype) { return wtype == KT_F16 || desc_of(wtype) != NULL; }
+
+bool kern_pack_fits(int wtype, int64_t K) {
+    if (wtype == KT_F16) return K > 0;
+    const pack_desc *D = desc_of(wtype);
+    return D && K > 0 && K % D->qk == 0;
+}
 
 static int64_t n_groups(int64_t N) { return (N + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS; }
 
 size_t kern_pack_bytes(int wtype, int64_t N, int64_t K) {
+    if (wtype == KT_F16) return kern_pack_f16_bytes(N, K);
     const pack_desc *D = desc_of(wtype);
     CORE_ASSERT(D && K % D->qk == 0);
     return (size_t)n_groups(N) * (size_t)(K / D->qk) * D->xb;
 }
 
 void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1) {
+    if (wtype == KT_F16) {
+        kern_pack_f16(W, N, K, dst, g0, g1);
+        return;
+    }
     const pack_desc *D = desc_of(wtype);
     CORE_ASSERT(D && K % D->qk == 0);
     const int64_t nb = K / D->qk;
@@ -154,6 +166,11 @@ void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_
 }
 
 void kern_unpack_row(const void *P, int wtype, int64_t N, int64_t K, int64_t n, void *rowp) {
+    if (wtype == KT_F16) {
+        CORE_ASSERT(n >= 0 && n < N);
+        kern_unpack_f16_row(P, K, n, rowp);
+        return;
+    }
     const pack_desc *D = desc_of(wtype);
     CORE_ASSERT(D && K % D->qk == 0 && n >= 0 && n < N);
     const int64_t nb = K / D->qk, g = n / KERN_PACK_ROWS;
@@ -402,10 +419,15 @@ static void run(core_pool *pool, void *scratch, const void *P, int wtype, const 
 
 void kern_matmul_packed(core_pool *pool, void *scratch, const void *P, int wtype, const float *x, float *y, int T,
                         int64_t N, int64_t K) {
-    run(pool, scratch, P, wtype, x, y, T, N, K, false);
+    if (wtype == KT_F16) kern_matmul_packed_f16(pool, scratch, P, x, y, T, N, K);
+    else run(pool, scratch, P, wtype, x, y, T, N, K, false);
 }
 
 void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, int T, int64_t N, int64_t K) {
+    if (wtype == KT_F16) {
+        kern_matmul_packed_f16_ref(P, x, y, T, N, K);
+        return;
+    }
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     CORE_ASSERT(scratch);
     run(NULL, scratch, P, wtype, x, y, T, N, K, true);

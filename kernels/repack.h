@@ -38,6 +38,8 @@
  *       @0 d[8], @16 sc[16 s][8 r] (int8), @144 ql[32 j][8 r][4],
  *       @1168 qh[16 j][8 r][4] (ql, qh in chunks, element order of
  *       kernels/quants_k.h)
+ *   F16x8 (the file's size): element k of the 8 rows side by side at
+ *       [k][r]; its own tile and spec (float FMAs, kernels/repack_f16.c)
  * The Q4_0 / Q8_0 / Q2_K / Q6_K packed bytes are a permutation of the file's
  * blocks; Q3_K's, Q4_K's and Q5_K's scale bytes are unpacked (a
  * bijection, so rows unpack to the identical bytes).
@@ -86,8 +88,10 @@
 
 #define KERN_PACK_ROWS 8
 
-/* true if wtype has a packed layout (Q4_0, Q8_0, Q2_K .. Q6_K) */
+/* true if wtype has a packed layout (F16, Q4_0, Q8_0, Q2_K .. Q6_K) */
 bool kern_pack_supported(int wtype);
+/* true if rows of K elements of wtype can be packed (K a multiple of its block) */
+bool kern_pack_fits(int wtype, int64_t K);
 /* bytes of the packed N x K matrix (K a multiple of the type's block size) */
 size_t kern_pack_bytes(int wtype, int64_t N, int64_t K);
 /* Packs row groups [g0, g1) of W (N rows of K elements, row-major, as in
@@ -121,16 +125,16 @@ kern_pack_tile_fn kern_pack_tile_avx2(int wtype);
 /* kern_quant_q8_k_ref in AVX2, the same bytes for finite x (tests/test_repack.c) */
 void kern_pack_quant_q8_k_avx2(const float *x, void *y, int64_t n);
 
-/* ---- F16 (kernels/repack_f16.c): element k of 8 rows side by side -------------------
- * Layout and spec in repack_f16.c: activations rounded to F16, one fmaf
- * chain in k order per output. */
+/* ---- private to kernels/: F16 (kernels/repack_f16.c), reached through the entry
+ * points above.  Element k of 8 rows side by side; layout and spec in
+ * repack_f16.c: activations rounded to F16, one fmaf chain in k order per output. */
 size_t kern_pack_f16_bytes(int64_t N, int64_t K);
 void kern_pack_f16(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1);
 void kern_unpack_f16_row(const void *P, int64_t K, int64_t n, void *row);
 void kern_matmul_packed_f16(core_pool *pool, void *scratch, const void *P, const float *x, float *y, int T, int64_t N,
                             int64_t K);
 void kern_matmul_packed_f16_ref(const void *P, const float *x, float *y, int T, int64_t N, int64_t K);
-/* G (1, 2 or 8) groups x C (1..4) activation rows: y[c * ldy + 8 gi + r] */
+/* G (1, 2 or 8) groups x C (1..6) activation rows: y[c * ldy + 8 gi + r] */
 typedef void (*kern_pack_f16_tile_fn)(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w,
                                       const float *a, size_t ba);
 kern_pack_f16_tile_fn kern_pack_f16_tile_avx2(void);

@@ -17,6 +17,8 @@
 #include "kernels/kernels.h"
 #include "kernels/repack.h"
 
+#define F16_TC 6 /* activation rows per prefill tile */
+
 static int64_t n_groups(int64_t N) { return (N + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS; }
 
 size_t kern_pack_f16_bytes(int64_t N, int64_t K) { return (size_t)n_groups(N) * KERN_PACK_ROWS * (size_t)K * 2; }
@@ -70,7 +72,7 @@ static void run_tile(const f16_job *j, int64_t g, int G, int t0, int C) {
         else tile_ref(j->K, G, C, y, (size_t)j->N, w, a, (size_t)j->K);
         return;
     }
-    float tmp[4 * KERN_PACK_ROWS]; /* the last, partial group (G = 1) */
+    float tmp[F16_TC * KERN_PACK_ROWS]; /* the last, partial group (G = 1) */
     if (j->tile) j->tile(j->K, 1, C, tmp, KERN_PACK_ROWS, w, a, (size_t)j->K);
     else tile_ref(j->K, 1, C, tmp, KERN_PACK_ROWS, w, a, (size_t)j->K);
     for (int c = 0; c < C; c++)
@@ -82,16 +84,16 @@ static void f16_task(void *ctx, int ith, int nth) {
     int64_t lo, hi;
     core_split(n_groups(j->N), ith, nth, &lo, &hi);
     const int64_t full = hi < j->N / KERN_PACK_ROWS ? hi : j->N / KERN_PACK_ROWS; /* groups before it have 8 rows */
-    /* decode: 8 groups (64 rows, 8 chains) per tile; prefill: 2 groups x 4 rows,
+    /* decode: 8 groups (64 rows, 8 chains) per tile; prefill: 2 groups x 6 rows,
      * each pair of groups against every activation row while it sits in L2 */
     const int GB = j->T == 1 ? 8 : 2;
     for (int64_t g = lo; g < full;) {
         const int G = full - g >= GB ? GB : 1;
-        for (int t0 = 0; t0 < j->T; t0 += 4) run_tile(j, g, G, t0, j->T - t0 < 4 ? j->T - t0 : 4);
+        for (int t0 = 0; t0 < j->T; t0 += F16_TC) run_tile(j, g, G, t0, j->T - t0 < F16_TC ? j->T - t0 : F16_TC);
         g += G;
     }
     if (hi > full && full >= lo) /* the partial last group */
-        for (int t0 = 0; t0 < j->T; t0 += 4) run_tile(j, full, 1, t0, j->T - t0 < 4 ? j->T - t0 : 4);
+        for (int t0 = 0; t0 < j->T; t0 += F16_TC) run_tile(j, full, 1, t0, j->T - t0 < F16_TC ? j->T - t0 : F16_TC);
 }
 
 /* x rounded to F16 and back, T rows of K floats, into scratch */

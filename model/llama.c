@@ -67,8 +67,7 @@ static void matmul(const model *m, model_work *w, int l, model_mm_id id, const m
     if (w->tap && id != MODEL_MM_WK && id != MODEL_MM_WV && id != MODEL_MM_UP)
         w->tap(w->hook_user, l, id, x, T, (int)W->cols);
     if (w->mm_hook && w->mm_hook(w->hook_user, l, id, W, x, y, T)) return;
-    if (W->packed && W->type == KT_F16) kern_matmul_packed_f16(m->pool, w->mm, W->packed, x, y, T, W->rows, W->cols);
-    else if (W->packed) kern_matmul_packed(m->pool, w->mm, W->packed, W->type, x, y, T, W->rows, W->cols);
+    if (W->packed) kern_matmul_packed(m->pool, w->mm, W->packed, W->type, x, y, T, W->rows, W->cols);
     else kern_matmul(m->pool, w->mm, W->data, W->type, x, y, T, W->rows, W->cols);
 }
 

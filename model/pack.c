@@ -17,8 +17,7 @@ static void pack_task(void *ctx, int ith, int nth) {
     const pack_job *j = ctx;
     int64_t lo, hi;
     core_split((j->w->rows + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS, ith, nth, &lo, &hi);
-    if (j->w->type == KT_F16) kern_pack_f16(j->w->data, j->w->rows, j->w->cols, j->dst, lo, hi);
-    else kern_pack(j->w->data, j->w->type, j->w->rows, j->w->cols, j->dst, lo, hi);
+    kern_pack(j->w->data, j->w->type, j->w->rows, j->w->cols, j->dst, lo, hi);
 }
 
 /* the whole pages inside [p, p + n): given back to the kernel (a private
@@ -30,11 +29,8 @@ static void drop_pages(const void *p, size_t n) {
 }
 
 static kvant_code pack_one(model *m, model_mat *w, bool drop, kvant_status *st) {
-    const bool f16 = w->type == KT_F16;
-    if (!w->data || w->packed || !(f16 || kern_pack_supported(w->type)) || w->cols % 32 ||
-        w->cols % kern_type_get(w->type)->block_size) /* K-quants: 256 */
-        return KVANT_OK;
-    const size_t bytes = f16 ? kern_pack_f16_bytes(w->rows, w->cols) : kern_pack_bytes(w->type, w->rows, w->cols);
+    if (!w->data || w->packed || !kern_pack_fits(w->type, w->cols)) return KVANT_OK;
+    const size_t bytes = kern_pack_bytes(w->type, w->rows, w->cols);
     /* 2 MiB-aligned and advised as huge pages: decode streams the whole matrix,
      * and 4 KiB pages cost a TLB miss every 4 KiB */
     const size_t huge = (size_t)2 << 20;
