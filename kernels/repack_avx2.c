@@ -47,6 +47,18 @@ AI __m256i bcast4(const uint8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
+/* Decode (one activation row) streams the weights once from memory, and the
+ * first load of each block waited on it (perf: ~40% of the tile's samples).
+ * Prefetching PF_DIST bytes ahead keeps enough lines in flight; prefetches
+ * never fault, so running past the end of the matrix is harmless. */
+#ifndef PF_DIST
+#define PF_DIST 2048
+#endif
+AI void prefetch_block(const uint8_t *w, size_t xb, const int C) {
+    if (C != 1) return; /* prefill: the group is reused across rows, already cached */
+    for (size_t off = 0; off < xb; off += 64) _mm_prefetch((const char *)(w + PF_DIST + off), _MM_HINT_T0);
+}
+
 /* activation row c's qs of block b */
 #define AQS(c, b) (a + (size_t)(c) * ba + (size_t)(b) * sizeof(block_q8_0) + offsetof(block_q8_0, qs))
 
@@ -56,6 +68,7 @@ AI void tile_q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w,
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++, w += 272) {
+        prefetch_block(w, 272, C);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
         __m256i s[4];
         for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
@@ -81,6 +94,7 @@ AI void tile_q4(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w,
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < nb; b++, w += 144) {
+        prefetch_block(w, 144, C);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
         __m256i s[4];
         for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
@@ -151,6 +165,7 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
     const __m256 neg = _mm256_set1_ps(-0.0f);
     const size_t qso = q5 ? 416 : 160, xb = q5 ? 1440 : 1184;
     for (int64_t b = 0; b < nb; b++, w += xb) {
+        prefetch_block(w, xb, C);
         __m256i is[4];
         for (int c = 0; c < C; c++) is[c] = _mm256_setzero_si256();
         for (int sb = 0; sb < 8; sb++) { /* sub-block: the low (even) or high (odd) nibbles of qs bytes 32(sb/2) .. +31 */
@@ -212,6 +227,7 @@ AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
     const size_t xb = kind == K16_Q6 ? 1680 : kind == K16_Q3 ? 912 : 672, qso = kind == K16_Q2 ? 160 : 144;
     const size_t sco = kind == K16_Q2 ? 32 : 16;
     for (int64_t b = 0; b < nb; b++, w += xb) {
+        prefetch_block(w, xb, C);
         __m256i is[4], ms[4];
         for (int c = 0; c < C; c++) is[c] = ms[c] = _mm256_setzero_si256();
         /* one decode of a chunk's loads serves its 4 sub-blocks; chunks go
