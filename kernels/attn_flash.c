@@ -131,6 +131,29 @@ static void kt_load_c(const float *const *K, int n, int nc, int D, float *Kt, in
     }
 }
 
+/* the F16 rows converted (exactly) a tile at a time, then the float versions */
+static void kt_load_f16_c(const uint16_t *const *K, int n, int nc, int D, float *Kt, int ldk) {
+    for (int d = 0; d < D; d++) {
+        float *kt = Kt + (size_t)d * ldk;
+        for (int j = 0; j < n; j++) kt[j] = kern_fp16_to_fp32(K[j][d]);
+        for (int j = n; j < nc; j++) kt[j] = 0.0f;
+    }
+}
+
+static void pv_f16_c(int R, int Dp, int n, const float *P, int ldp, const uint16_t *const *V, float *A, int lda) {
+    float buf[8][256];
+    const float *rows[8];
+    CORE_ASSERT(Dp <= 256);
+    for (int j0 = 0; j0 < n; j0 += 8) { /* pv_c sums over j in order per output: chunks of j keep that order */
+        const int m = n - j0 < 8 ? n - j0 : 8;
+        for (int i = 0; i < m; i++) {
+            for (int c = 0; c < Dp; c++) buf[i][c] = kern_fp16_to_fp32(V[j0 + i][c]);
+            rows[i] = buf[i];
+        }
+        pv_c(R, Dp, m, P + j0, ldp, rows, A, lda);
+    }
+}
+
 static float row_max_c(const float *s, int n) {
     float m = s[0];
     for (int j = 1; j < n; j++) m = s[j] > m ? s[j] : m;
@@ -186,8 +209,10 @@ static void q8_0_to_f32_c(const void *x, float *y, int nb) {
     }
 }
 
-const attn_flash_ops attn_flash_ops_c = {scores_c,    pv_c,         kt_load_c,   row_max_c,
-                                         row_exp2_c,  row_scale_c,  f16_to_f32_c, q8_0_to_f32_c};
+const attn_flash_ops attn_flash_ops_c = {.scores = scores_c, .pv = pv_c, .kt_load = kt_load_c, .row_max = row_max_c,
+                                         .row_exp2 = row_exp2_c, .row_scale = row_scale_c, .pv_f16 = pv_f16_c,
+                                         .kt_load_f16 = kt_load_f16_c, .f16_to_f32 = f16_to_f32_c,
+                                         .q8_0_to_f32 = q8_0_to_f32_c};
 
 /* ---- scratch layout ------------------------------------------------------ */
 static int round8(int n) { return (n + 7) & ~7; }
@@ -239,6 +264,7 @@ typedef struct {
     uint8_t *scratch;
     size_t per_thread;
     bool direct_k, direct_v; /* F32 rows used in place (no copy) */
+    bool f16_k, f16_v;       /* F16 rows read in place, converted in registers */
     int n_units, n_qb;
     _Atomic int next;
 } flash_job;
@@ -297,6 +323,7 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
         const int p = p0 + jj;
         const uint8_t *kr = view_row(kv, kv->k_base, p), *vr = view_row(kv, kv->v_base, p);
         if (j->direct_k) kp[jj] = (const float *)(kr + e0);
+        else if (j->f16_k) ((const uint16_t **)kp)[jj] = (const uint16_t *)(kr + e0 / 2);
         else {
             float *k = sc + L->kd + (size_t)jj * D;
             read_head(j, kr, hk, k);
@@ -304,6 +331,7 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
             kp[jj] = k;
         }
         if (j->direct_v) vp[jj] = (const float *)(vr + e0);
+        else if (j->f16_v) ((const uint16_t **)vp)[jj] = (const uint16_t *)(vr + e0 / 2);
         else {
             float *v = sc + L->vs + (size_t)jj * Dp;
             read_head(j, vr, hk, v);
@@ -311,7 +339,8 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
             vp[jj] = v;
         }
     }
-    j->ops->kt_load(kp, n, nc, D, sc + L->kt, L->TP);
+    if (j->f16_k) j->ops->kt_load_f16((const uint16_t *const *)kp, n, nc, D, sc + L->kt, L->TP);
+    else j->ops->kt_load(kp, n, nc, D, sc + L->kt, L->TP);
 }
 
 static void flash_unit(const flash_job *j, float *sc, int u) {
@@ -357,7 +386,11 @@ static void flash_unit(const flash_job *j, float *sc, int u) {
             }
             l[r] += ops->row_exp2(sr, nv, nc, m[r]);
         }
-        ops->pv(R - r0, Dp, n, S + (size_t)r0 * TP, TP, (const float *const *)(sc + L->vp), A + (size_t)r0 * Dp, Dp);
+        if (j->f16_v)
+            ops->pv_f16(R - r0, Dp, n, S + (size_t)r0 * TP, TP, (const uint16_t *const *)(sc + L->vp),
+                        A + (size_t)r0 * Dp, Dp);
+        else
+            ops->pv(R - r0, Dp, n, S + (size_t)r0 * TP, TP, (const float *const *)(sc + L->vp), A + (size_t)r0 * Dp, Dp);
     }
 
     for (int t = t0; t < t1; t++)
@@ -407,6 +440,8 @@ void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_
      * D rounded up to 8 floats per row) */
     j.direct_k = kv->type == KT_F32 && !kv->rope_k;
     j.direct_v = kv->type == KT_F32 && d->D % 8 == 0;
+    j.f16_k = kv->type == KT_F16 && !kv->rope_k;
+    j.f16_v = kv->type == KT_F16 && d->D % 8 == 0 && d->D <= 256;
     j.n_qb = (d->T + j.L.Tq - 1) / j.L.Tq;
     j.n_units = j.n_qb * d->Hkv;
     atomic_init(&j.next, 0);

@@ -28,6 +28,10 @@ typedef struct {
     float (*row_exp2)(float *s, int nv, int nc, float m);
     /* a[0..n) *= c */
     void (*row_scale)(float *a, int n, float c);
+    /* as pv and kt_load with F16 rows (straight from an F16 cache), converted
+     * in registers: the same results as converting the rows first */
+    void (*pv_f16)(int R, int Dp, int n, const float *P, int ldp, const uint16_t *const *V, float *A, int lda);
+    void (*kt_load_f16)(const uint16_t *const *K, int n, int nc, int D, float *Kt, int ldk);
     /* y[0..n) = IEEE half x[0..n) as floats */
     void (*f16_to_f32)(const uint16_t *x, float *y, int n);
     /* y[0..32*nb) = nb Q8_0 blocks (kernels/quants.h) as floats */

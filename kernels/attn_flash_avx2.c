@@ -91,7 +91,13 @@ static void scores_avx2(int R, int D, int nc, const float *Q, int ldq, const flo
 }
 
 /* A[r][c] += sum_j P[r][j] * V[j][c] */
-static void pv_avx2(int R, int Dp, int n, const float *P, int ldp, const float *const *V, float *A, int lda) {
+/* rows of floats, or of halves (f16) converted in registers: the same FMAs */
+#define AI static inline __attribute__((always_inline))
+AI __m256 ld8(const void *row, int c, const bool f16) {
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + c)))
+               : _mm256_loadu_ps((const float *)row + c);
+}
+AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const *V, float *A, int lda, const bool f16) {
     int r = 0;
     for (; r + 4 <= R; r += 4) {
         const float *p0 = P + (size_t)r * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
@@ -103,8 +109,7 @@ static void pv_avx2(int R, int Dp, int n, const float *P, int ldp, const float *
             __m256 a20 = _mm256_loadu_ps(o2 + c), a21 = _mm256_loadu_ps(o2 + c + 8);
             __m256 a30 = _mm256_loadu_ps(o3 + c), a31 = _mm256_loadu_ps(o3 + c + 8);
             for (int j = 0; j < n; j++) {
-                const float *v = V[j] + c;
-                const __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+                const __m256 v0 = ld8(V[j], c, f16), v1 = ld8(V[j], c + 8, f16);
                 __m256 b = _mm256_broadcast_ss(p0 + j);
                 a00 = _mm256_fmadd_ps(b, v0, a00); a01 = _mm256_fmadd_ps(b, v1, a01);
                 b = _mm256_broadcast_ss(p1 + j);
@@ -123,7 +128,7 @@ static void pv_avx2(int R, int Dp, int n, const float *P, int ldp, const float *
             __m256 a0 = _mm256_loadu_ps(o0 + c), a1 = _mm256_loadu_ps(o1 + c);
             __m256 a2 = _mm256_loadu_ps(o2 + c), a3 = _mm256_loadu_ps(o3 + c);
             for (int j = 0; j < n; j++) {
-                const __m256 v0 = _mm256_loadu_ps(V[j] + c);
+                const __m256 v0 = ld8(V[j], c, f16);
                 a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + j), v0, a0);
                 a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(p1 + j), v0, a1);
                 a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(p2 + j), v0, a2);
@@ -141,34 +146,43 @@ static void pv_avx2(int R, int Dp, int n, const float *P, int ldp, const float *
             __m256 a0 = _mm256_loadu_ps(o0 + c), a1 = _mm256_loadu_ps(o0 + c + 8);
             __m256 a2 = _mm256_loadu_ps(o0 + c + 16), a3 = _mm256_loadu_ps(o0 + c + 24);
             for (int j = 0; j < n; j++) {
-                const float *v = V[j] + c;
                 const __m256 b = _mm256_broadcast_ss(p0 + j);
-                a0 = _mm256_fmadd_ps(b, _mm256_loadu_ps(v), a0);
-                a1 = _mm256_fmadd_ps(b, _mm256_loadu_ps(v + 8), a1);
-                a2 = _mm256_fmadd_ps(b, _mm256_loadu_ps(v + 16), a2);
-                a3 = _mm256_fmadd_ps(b, _mm256_loadu_ps(v + 24), a3);
+                a0 = _mm256_fmadd_ps(b, ld8(V[j], c, f16), a0);
+                a1 = _mm256_fmadd_ps(b, ld8(V[j], c + 8, f16), a1);
+                a2 = _mm256_fmadd_ps(b, ld8(V[j], c + 16, f16), a2);
+                a3 = _mm256_fmadd_ps(b, ld8(V[j], c + 24, f16), a3);
             }
             _mm256_storeu_ps(o0 + c, a0); _mm256_storeu_ps(o0 + c + 8, a1);
             _mm256_storeu_ps(o0 + c + 16, a2); _mm256_storeu_ps(o0 + c + 24, a3);
         }
         for (; c < Dp; c += 8) {
             __m256 a0 = _mm256_loadu_ps(o0 + c);
-            for (int j = 0; j < n; j++) a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + j), _mm256_loadu_ps(V[j] + c), a0);
+            for (int j = 0; j < n; j++) a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + j), ld8(V[j], c, f16), a0);
             _mm256_storeu_ps(o0 + c, a0);
         }
     }
 }
 
+static void pv_avx2(int R, int Dp, int n, const float *P, int ldp, const float *const *V, float *A, int lda) {
+    pv_body(R, Dp, n, P, ldp, (const void *const *)V, A, lda, false);
+}
+static void pv_f16_avx2(int R, int Dp, int n, const float *P, int ldp, const uint16_t *const *V, float *A, int lda) {
+    pv_body(R, Dp, n, P, ldp, (const void *const *)V, A, lda, true);
+}
+
 /* Kt[d][j] = K[j][d]: 8 x 8 blocks transposed in registers */
-static void kt_load_avx2(const float *const *K, int n, int nc, int D, float *Kt, int ldk) {
+AI float at(const void *row, int d, const bool f16) {
+    return f16 ? _cvtsh_ss(((const uint16_t *)row)[d]) : ((const float *)row)[d];
+}
+AI void kt_body(const void *const *K, int n, int nc, int D, float *Kt, int ldk, const bool f16) {
     int j = 0;
     for (; j + 8 <= n; j += 8) {
         int d = 0;
         for (; d + 8 <= D; d += 8) {
-            const __m256 r0 = _mm256_loadu_ps(K[j] + d), r1 = _mm256_loadu_ps(K[j + 1] + d);
-            const __m256 r2 = _mm256_loadu_ps(K[j + 2] + d), r3 = _mm256_loadu_ps(K[j + 3] + d);
-            const __m256 r4 = _mm256_loadu_ps(K[j + 4] + d), r5 = _mm256_loadu_ps(K[j + 5] + d);
-            const __m256 r6 = _mm256_loadu_ps(K[j + 6] + d), r7 = _mm256_loadu_ps(K[j + 7] + d);
+            const __m256 r0 = ld8(K[j], d, f16), r1 = ld8(K[j + 1], d, f16);
+            const __m256 r2 = ld8(K[j + 2], d, f16), r3 = ld8(K[j + 3], d, f16);
+            const __m256 r4 = ld8(K[j + 4], d, f16), r5 = ld8(K[j + 5], d, f16);
+            const __m256 r6 = ld8(K[j + 6], d, f16), r7 = ld8(K[j + 7], d, f16);
             const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
             const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
             const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
@@ -188,13 +202,20 @@ static void kt_load_avx2(const float *const *K, int n, int nc, int D, float *Kt,
             _mm256_storeu_ps(o + 7 * (size_t)ldk, _mm256_permute2f128_ps(u3, u7, 0x31));
         }
         for (; d < D; d++)
-            for (int i = 0; i < 8; i++) Kt[(size_t)d * ldk + j + i] = K[j + i][d];
+            for (int i = 0; i < 8; i++) Kt[(size_t)d * ldk + j + i] = at(K[j + i], d, f16);
     }
     for (int d = 0; d < D; d++) {
         float *o = Kt + (size_t)d * ldk;
-        for (int i = j; i < n; i++) o[i] = K[i][d];
+        for (int i = j; i < n; i++) o[i] = at(K[i], d, f16);
         for (int i = n; i < nc; i++) o[i] = 0.0f;
     }
+}
+
+static void kt_load_avx2(const float *const *K, int n, int nc, int D, float *Kt, int ldk) {
+    kt_body((const void *const *)K, n, nc, D, Kt, ldk, false);
+}
+static void kt_load_f16_avx2(const uint16_t *const *K, int n, int nc, int D, float *Kt, int ldk) {
+    kt_body((const void *const *)K, n, nc, D, Kt, ldk, true);
 }
 
 static float row_max_avx2(const float *s, int n) {
@@ -266,8 +287,11 @@ static void q8_0_to_f32_avx2(const void *x, float *y, int nb) {
     }
 }
 
-const attn_flash_ops attn_flash_ops_avx2 = {scores_avx2,    pv_avx2,         kt_load_avx2,   row_max_avx2,
-                                            row_exp2_avx2,  row_scale_avx2,  f16_to_f32_avx2, q8_0_to_f32_avx2};
+const attn_flash_ops attn_flash_ops_avx2 = {.scores = scores_avx2, .pv = pv_avx2, .kt_load = kt_load_avx2,
+                                            .row_max = row_max_avx2, .row_exp2 = row_exp2_avx2,
+                                            .row_scale = row_scale_avx2, .pv_f16 = pv_f16_avx2,
+                                            .kt_load_f16 = kt_load_f16_avx2, .f16_to_f32 = f16_to_f32_avx2,
+                                            .q8_0_to_f32 = q8_0_to_f32_avx2};
 #else
 typedef int attn_flash_avx2_unused; /* not an x86-64 AVX2 build: nothing here */
 #endif

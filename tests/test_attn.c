@@ -437,8 +437,50 @@ static void test_scratch_bytes(void **state) {
     cache_free(&c);
 }
 
+/* An F16 cache is read in place (halves converted in registers, no float
+ * copy); the result must be bit-identical to an F32 cache holding the same
+ * (exactly converted) values, at each tier, whatever the layout, for decode
+ * (T = 1) and prefill rows, MHA and GQA, D with and without a tail of 8. */
+static void test_flash_f16_in_place(void **state) {
+    (void)state;
+    const int shapes[][5] = {{1, 8, 8, 64, 200}, {1, 8, 2, 64, 37}, {5, 4, 1, 40, 90}, {3, 6, 3, 12, 70}};
+    kern_tier tl[2];
+    const int nt = tiers(tl);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (int layout = CONTIG; layout <= PAGED5; layout++) {
+            const int T = shapes[si][0], H = shapes[si][1], Hkv = shapes[si][2], D = shapes[si][3], P = shapes[si][4];
+            const int n_pos = P + T, E = Hkv * D;
+            const size_t nq = (size_t)T * H * D;
+            float *q = malloc(sizeof(float) * nq), *K = malloc(sizeof(float) * n_pos * E),
+                  *V = malloc(sizeof(float) * n_pos * E), *o16 = malloc(sizeof(float) * nq),
+                  *o32 = malloc(sizeof(float) * nq);
+            fill(q, nq);
+            for (size_t i = 0; i < (size_t)n_pos * E; i++) { /* values that F16 holds exactly */
+                K[i] = kern_fp16_to_fp32(kern_fp32_to_fp16(frand()));
+                V[i] = kern_fp16_to_fp32(kern_fp32_to_fp16(frand()));
+            }
+            cache c16, c32;
+            cache_build(&c16, KT_F16, layout, Hkv, D, n_pos, K, V, NULL);
+            cache_build(&c32, KT_F32, layout, Hkv, D, n_pos, K, V, NULL);
+            const kern_attn_dims d = {T, H, Hkv, D, P, 0};
+            for (int ti = 0; ti < nt; ti++) {
+                assert_true(kern_set_tier(tl[ti]));
+                run_flash(2, q, &c16.v, o16, &d);
+                run_flash(2, q, &c32.v, o32, &d);
+                if (memcmp(o16, o32, sizeof(float) * nq))
+                    fail_msg("tier %s T=%d H=%d Hkv=%d D=%d %s: F16 cache != its F32 copy", kern_tier_name(tl[ti]), T,
+                             H, Hkv, D, layout_name[layout]);
+            }
+            kern_set_tier(kern_best_tier());
+            cache_free(&c16);
+            cache_free(&c32);
+            free(q); free(K); free(V); free(o16); free(o32);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flash_f16_in_place),
         cmocka_unit_test(test_view_read),
         cmocka_unit_test(test_naive_vs_attention_ref),
         cmocka_unit_test(test_rope_k),
