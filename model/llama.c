@@ -75,8 +75,9 @@ static void matmul(const model *m, model_work *w, int l, model_mm_id id, const m
  * already written to the caches).  Single-token (decode) segments run as
  * one parallel job, a whole segment per thread, instead of one job each:
  * a step with many decoders would otherwise pay a thread-pool round trip
- * per sequence per layer.  Longer segments split across the threads
- * inside the kernel.  Either way each row is computed by one thread in the
+ * per sequence per layer.  Longer segments, and single-token ones when
+ * there are fewer of them than threads (one sequence decoding), split
+ * their heads across the threads inside the kernel.  Either way each row is computed by one thread in the
  * kernel's fixed order, so results do not depend on the grouping. */
 typedef struct {
     const model *m;
@@ -129,7 +130,9 @@ static void attention(const model *m, model_work *w, int l, const model_segment 
     }
     if (n_list == 0) return;
     const attn_job j = {m, w, seg, w->seg_row, w->seg_list, n_list, l, rope};
-    if (n_list == 1) attn_task((void *)&j, 0, 1);
+    if (n_list < core_pool_size(m->pool)) /* fewer segments than threads: each splits its heads over the pool */
+        for (int i = 0; i < n_list; i++)
+            attend_segment(m, w, m->pool, w->attn_scratch, l, &seg[j.list[i]], j.rows[j.list[i]], rope);
     else core_pool_run(m->pool, attn_task, (void *)&j);
 }
 
