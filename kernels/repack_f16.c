@@ -96,16 +96,32 @@ static void f16_task(void *ctx, int ith, int nth) {
         for (int t0 = 0; t0 < j->T; t0 += F16_TC) run_tile(j, full, 1, t0, j->T - t0 < F16_TC ? j->T - t0 : F16_TC);
 }
 
-/* x rounded to F16 and back, T rows of K floats, into scratch */
-static void prep_acts(const float *x, float *a, int T, int64_t K, bool ref) {
-    const kern_from_float_fn q = ref ? kern_type_get(KT_F16)->from_float_ref : kern_ops(KT_F16)->from_float;
-    const kern_to_float_fn d = ref ? kern_type_get(KT_F16)->to_float : kern_ops(KT_F16)->to_float;
+typedef struct {
+    const float *x;
+    float *a;
+    size_t n; /* elements */
+    bool ref;
+} prep_job;
+
+static void prep_task(void *ctx, int ith, int nth) {
+    const prep_job *p = ctx;
+    const kern_from_float_fn q = p->ref ? kern_type_get(KT_F16)->from_float_ref : kern_ops(KT_F16)->from_float;
+    const kern_to_float_fn d = p->ref ? kern_type_get(KT_F16)->to_float : kern_ops(KT_F16)->to_float;
+    int64_t lo, hi; /* in chunks of 256 elements */
+    core_split((int64_t)((p->n + 255) / 256), ith, nth, &lo, &hi);
     uint16_t h[256];
-    for (size_t i = 0, n = (size_t)T * (size_t)K; i < n; i += 256) {
-        const int64_t m = n - i < 256 ? (int64_t)(n - i) : 256;
-        q(x + i, h, m);
-        d(h, a + i, m);
+    for (size_t i = (size_t)lo * 256; i < (size_t)hi * 256 && i < p->n; i += 256) {
+        const int64_t m = p->n - i < 256 ? (int64_t)(p->n - i) : 256;
+        q(p->x + i, h, m);
+        d(h, p->a + i, m);
     }
+}
+
+/* x rounded to F16 and back, T rows of K floats, into a (threads split a prefill batch) */
+static void prep_acts(core_pool *pool, const float *x, float *a, int T, int64_t K, bool ref) {
+    prep_job p = {x, a, (size_t)T * (size_t)K, ref};
+    if (pool && !ref && T >= 4) core_pool_run(pool, prep_task, &p);
+    else prep_task(&p, 0, 1);
 }
 
 static void run(core_pool *pool, void *scratch, const void *P, const float *x, float *y, int T, int64_t N, int64_t K,
@@ -114,7 +130,7 @@ static void run(core_pool *pool, void *scratch, const void *P, const float *x, f
 #if defined(__x86_64__) || defined(_M_X64)
     if (!ref && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_f16_tile_avx2();
 #endif
-    prep_acts(x, scratch, T, K, ref);
+    prep_acts(pool, x, scratch, T, K, ref);
     if (pool && !ref && (double)N * (double)K * T >= KERN_MT_MIN_WORK) core_pool_run(pool, f16_task, &j);
     else f16_task(&j, 0, 1);
 }
