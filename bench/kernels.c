@@ -1,0 +1,129 @@
+/* kernels.c - kvant-kernels: matmul speed per kernel tier and layout.
+ *
+ * For each weight type, each tier this CPU runs (ref, scalar, avx2, ...)
+ * with the row-major kernels (kern_matmul), and the packed 8-row layout
+ * (kern_matmul_packed) at the best tier and at its plain-C reference:
+ *   decode  T = 1 over an N x K matrix larger than the L3 cache (weights
+ *           stream from memory): GB/s of weights read, best of R runs
+ *   prefill T = 64 rows against a smaller matrix: GMAC/s (multiply-adds)
+ *
+ *   kvant-kernels [-t THREADS] [-r REPS] [--types Q4_0,Q8_0,...]
+ *
+ * Weights are random bytes run through the type's quantizer (values do
+ * not change the speed).  Figures are for comparison between rows of one
+ * run; the machine's noise applies to all rows alike. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "kernels/repack.h"
+
+static uint64_t g_rng = 0x853c49e6748fea9bull;
+static float frand(void) {
+    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+typedef enum { ROWS, PACKED, PACKED_REF } layout;
+
+/* best time in ms of R calls of one matmul */
+static double time_mm(core_pool *pool, layout lay, const void *W, int type, const float *x, float *y, int T, int64_t N,
+                      int64_t K, void *scratch, int reps) {
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = core_time_ms();
+        if (lay == ROWS) kern_matmul(pool, scratch, W, type, x, y, T, N, K);
+        else if (lay == PACKED) kern_matmul_packed(pool, scratch, W, type, x, y, T, N, K);
+        else kern_matmul_packed_ref(W, type, x, y, T, N, K);
+        const double dt = core_time_ms() - t0;
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+
+static void *make_weights(int type, int64_t N, int64_t K) {
+    const size_t rb = kern_row_bytes(type, K);
+    uint8_t *W = malloc(rb * (size_t)N);
+    float *row = malloc(sizeof(float) * (size_t)K);
+    if (!W || !row) { fprintf(stderr, "kvant-kernels: out of memory\n"); exit(1); }
+    for (int64_t k = 0; k < K; k++) row[k] = frand();
+    for (int64_t n = 0; n < N; n++) { /* one quantized row, copied with a cheap perturbation */
+        if (n < 64) kern_type_get(type)->from_float_ref(row, W + (size_t)n * rb, K);
+        else memcpy(W + (size_t)n * rb, W + (size_t)(n % 64) * rb, rb);
+        row[n % K] = frand();
+    }
+    free(row);
+    return W;
+}
+
+static void *pack(const void *W, int type, int64_t N, int64_t K) {
+    void *P = malloc(kern_pack_bytes(type, N, K));
+    if (!P) { fprintf(stderr, "kvant-kernels: out of memory\n"); exit(1); }
+    kern_pack(W, type, N, K, P, 0, (N + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS);
+    return P;
+}
+
+int main(int argc, char **argv) {
+    int threads = 2, reps = 5;
+    const char *types_arg = "F16,Q8_0,Q4_0,Q4_K,Q6_K";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--types") && i + 1 < argc) types_arg = argv[++i];
+        else {
+            fprintf(stderr, "usage: kvant-kernels [-t THREADS] [-r REPS] [--types F16,Q8_0,Q4_0,Q4_K,Q6_K]\n");
+            return 2;
+        }
+    }
+    if (threads < 1 || reps < 1) { fprintf(stderr, "kvant-kernels: -t and -r must be >= 1\n"); return 2; }
+    core_pool *pool = core_pool_new(threads);
+    const int64_t K = 4096, N_dec = 16384, N_pre = 1024, T = 64; /* decode: 32..128 MiB of weights */
+    float *x = malloc(sizeof(float) * T * K), *y = malloc(sizeof(float) * T * N_dec);
+    void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
+    for (int64_t i = 0; i < T * K; i++) x[i] = frand();
+    const kern_tier best = kern_best_tier();
+    printf("threads %d, K %lld; decode: T=1, N=%lld (GB/s of weights); prefill: T=%lld, N=%lld (GMAC/s)\n\n", threads,
+           (long long)K, (long long)N_dec, (long long)T, (long long)N_pre);
+    printf("| type | kernel | decode GB/s | prefill GMAC/s |\n|---|---|--:|--:|\n");
+    char list[256];
+    snprintf(list, sizeof list, "%s", types_arg);
+    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+        int type = -1;
+        for (int t = 0; t < KT_KVANT_END; t++)
+            if (kern_type_get(t) && !strcmp(kern_type_get(t)->name, tok)) type = t;
+        if (type < 0 || !kern_type_get(type)->from_float_ref) {
+            fprintf(stderr, "kvant-kernels: unknown or unquantizable type %s\n", tok);
+            return 2;
+        }
+        const double wbytes = (double)kern_row_bytes(type, K) * (double)N_dec;
+        void *Wd = make_weights(type, N_dec, K), *Wp = make_weights(type, N_pre, K);
+        for (int tier = KERN_TIER_REF; tier <= (int)best; tier++) {
+            kern_set_tier((kern_tier)tier);
+            const int r = tier == KERN_TIER_REF ? 1 : reps; /* _ref is slow: one run */
+            const double dd = time_mm(pool, ROWS, Wd, type, x, y, 1, N_dec, K, scratch, r);
+            const double dp = time_mm(pool, ROWS, Wp, type, x, y, (int)T, N_pre, K, scratch, r);
+            printf("| %s | rows %s | %.1f | %.1f |\n", tok, kern_tier_name((kern_tier)tier), wbytes / dd / 1e6,
+                   (double)N_pre * K * T / dp / 1e6);
+            fflush(stdout);
+        }
+        kern_set_tier(best);
+        if (kern_pack_supported(type) && kern_pack_fits(type, K)) {
+            void *Pd = pack(Wd, type, N_dec, K), *Pp = pack(Wp, type, N_pre, K);
+            const double dd = time_mm(pool, PACKED, Pd, type, x, y, 1, N_dec, K, scratch, reps);
+            const double dp = time_mm(pool, PACKED, Pp, type, x, y, (int)T, N_pre, K, scratch, reps);
+            printf("| %s | packed %s | %.1f | %.1f |\n", tok, kern_tier_name(best), wbytes / dd / 1e6,
+                   (double)N_pre * K * T / dp / 1e6);
+            const double rd = time_mm(pool, PACKED_REF, Pd, type, x, y, 1, N_dec, K, scratch, 1);
+            const double rp = time_mm(pool, PACKED_REF, Pp, type, x, y, (int)T, N_pre, K, scratch, 1);
+            printf("| %s | packed plain-C ref (1 thread) | %.1f | %.1f |\n", tok, wbytes / rd / 1e6,
+                   (double)N_pre * K * T / rp / 1e6);
+            fflush(stdout);
+            free(Pd); free(Pp);
+        }
+        free(Wd); free(Wp);
+    }
+    free(x); free(y); free(scratch);
+    core_pool_free(pool);
+    return 0;
+}
