@@ -115,26 +115,23 @@ AI void tile_q4(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w,
     for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
 }
 
-static void tile_q8_0(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
-                      const float *ad, const int32_t *as, size_t bn) {
-    (void)as;
-    switch (C) {
-    case 1: tile_q8(nb, 1, y, ldy, w, a, ba, ad, bn); break;
-    case 2: tile_q8(nb, 2, y, ldy, w, a, ba, ad, bn); break;
-    case 3: tile_q8(nb, 3, y, ldy, w, a, ba, ad, bn); break;
-    default: tile_q8(nb, 4, y, ldy, w, a, ba, ad, bn); break;
+/* The kern_pack_tile_fn of a type: C (1..4) becomes a compile-time constant
+ * CC inside CALL, so each width gets its own register-allocated copy. */
+#define PACK_ENTRY(name, CALL)                                                                                  \
+    static void name(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,   \
+                     const float *ad, const int32_t *as, size_t bn) {                                           \
+        (void)as;                                                                                               \
+        switch (C) {                                                                                            \
+        case 1: { enum { CC = 1 }; CALL; } break;                                                               \
+        case 2: { enum { CC = 2 }; CALL; } break;                                                               \
+        case 3: { enum { CC = 3 }; CALL; } break;                                                               \
+        default: { enum { CC = 4 }; CALL; } break;                                                              \
+        }                                                                                                       \
     }
-}
 
-static void tile_q4_0(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
-                      const float *ad, const int32_t *as, size_t bn) {
-    switch (C) {
-    case 1: tile_q4(nb, 1, y, ldy, w, a, ba, ad, as, bn); break;
-    case 2: tile_q4(nb, 2, y, ldy, w, a, ba, ad, as, bn); break;
-    case 3: tile_q4(nb, 3, y, ldy, w, a, ba, ad, as, bn); break;
-    default: tile_q4(nb, 4, y, ldy, w, a, ba, ad, as, bn); break;
-    }
-}
+PACK_ENTRY(tile_q8_0, tile_q8(nb, CC, y, ldy, w, a, ba, ad, bn))
+
+PACK_ENTRY(tile_q4_0, tile_q4(nb, CC, y, ldy, w, a, ba, ad, as, bn))
 
 /* activation row c's Q8_K block b */
 #define AK(c, b) ((const block_q8_K *)(a + (size_t)(c) * ba) + (b))
@@ -300,58 +297,15 @@ AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
     for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
 }
 
-static void tile_q4_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
-                      const float *ad, const int32_t *as, size_t bn) {
-    switch (C) {
-    case 1: tile_q45k(nb, 1, y, ldy, w, a, ba, ad, as, bn, false); break;
-    case 2: tile_q45k(nb, 2, y, ldy, w, a, ba, ad, as, bn, false); break;
-    case 3: tile_q45k(nb, 3, y, ldy, w, a, ba, ad, as, bn, false); break;
-    default: tile_q45k(nb, 4, y, ldy, w, a, ba, ad, as, bn, false); break;
-    }
-}
+PACK_ENTRY(tile_q4_k, tile_q45k(nb, CC, y, ldy, w, a, ba, ad, as, bn, false))
 
-static void tile_q5_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
-                      const float *ad, const int32_t *as, size_t bn) {
-    switch (C) {
-    case 1: tile_q45k(nb, 1, y, ldy, w, a, ba, ad, as, bn, true); break;
-    case 2: tile_q45k(nb, 2, y, ldy, w, a, ba, ad, as, bn, true); break;
-    case 3: tile_q45k(nb, 3, y, ldy, w, a, ba, ad, as, bn, true); break;
-    default: tile_q45k(nb, 4, y, ldy, w, a, ba, ad, as, bn, true); break;
-    }
-}
+PACK_ENTRY(tile_q5_k, tile_q45k(nb, CC, y, ldy, w, a, ba, ad, as, bn, true))
 
-static void tile_q6_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
-                      const float *ad, const int32_t *as, size_t bn) {
-    (void)as;
-    switch (C) {
-    case 1: tile_k16(nb, 1, y, ldy, w, a, ba, ad, bn, K16_Q6); break;
-    case 2: tile_k16(nb, 2, y, ldy, w, a, ba, ad, bn, K16_Q6); break;
-    case 3: tile_k16(nb, 3, y, ldy, w, a, ba, ad, bn, K16_Q6); break;
-    default: tile_k16(nb, 4, y, ldy, w, a, ba, ad, bn, K16_Q6); break;
-    }
-}
+PACK_ENTRY(tile_q6_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q6))
 
-static void tile_q3_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
-                      const float *ad, const int32_t *as, size_t bn) {
-    (void)as;
-    switch (C) {
-    case 1: tile_k16(nb, 1, y, ldy, w, a, ba, ad, bn, K16_Q3); break;
-    case 2: tile_k16(nb, 2, y, ldy, w, a, ba, ad, bn, K16_Q3); break;
-    case 3: tile_k16(nb, 3, y, ldy, w, a, ba, ad, bn, K16_Q3); break;
-    default: tile_k16(nb, 4, y, ldy, w, a, ba, ad, bn, K16_Q3); break;
-    }
-}
+PACK_ENTRY(tile_q3_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q3))
 
-static void tile_q2_k(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
-                      const float *ad, const int32_t *as, size_t bn) {
-    (void)as;
-    switch (C) {
-    case 1: tile_k16(nb, 1, y, ldy, w, a, ba, ad, bn, K16_Q2); break;
-    case 2: tile_k16(nb, 2, y, ldy, w, a, ba, ad, bn, K16_Q2); break;
-    case 3: tile_k16(nb, 3, y, ldy, w, a, ba, ad, bn, K16_Q2); break;
-    default: tile_k16(nb, 4, y, ldy, w, a, ba, ad, bn, K16_Q2); break;
-    }
-}
+PACK_ENTRY(tile_q2_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q2))
 
 /* Q8_K rows as kern_quant_q8_k_ref, byte for byte, for any input: the
  * first element of largest |x| gives max (the ref's strict > scan, which
