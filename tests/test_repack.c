@@ -1,10 +1,12 @@
-/* test_repack.c - weights packed in groups of 8 rows (kernels/repack.h):
+/* test_repack.c - weights packed in groups of 8 rows (kernels/repack.h), every
+ * packed type (Q8_0, Q4_0, Q2_K .. Q6_K, F16) through the same entry points:
  *  1. pack / unpack round-trips every row, missing rows of the last group are zero;
  *  2. every tier's kern_matmul_packed is bit-identical to kern_matmul_packed_ref
  *     for T = 1..9 (each tile width and the tails), N with a partial group,
  *     threaded and not, and a T = 1 call equals that row of a batched call;
  *  3. the packed ref equals the spec written out once more here (integer
- *     dot per block, fmaf in block order) on a few outputs;
+ *     dot per block, fmaf in block order; F16: one fmaf chain in k order)
+ *     on a few outputs;
  *  4. the AVX2 Q8_K activation quantizer gives the _ref bytes;
  *  5. kern_matmul_packed vs kern_matmul_ref (dequantized weights, float
  *     activations): the bound of the activation rounding and summation. */
@@ -24,8 +26,8 @@ static float frand(void) { /* uniform in [-1, 1) */
     return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-enum { NTYPES = 7 };
-static const int TYPES[NTYPES] = {KT_Q8_0, KT_Q4_0, KT_Q2_K, KT_Q3_K, KT_Q4_K, KT_Q5_K, KT_Q6_K};
+enum { NTYPES = 8 };
+static const int TYPES[NTYPES] = {KT_Q8_0, KT_Q4_0, KT_Q2_K, KT_Q3_K, KT_Q4_K, KT_Q5_K, KT_Q6_K, KT_F16};
 static bool is_k(int t) { return t == KT_Q2_K || t == KT_Q3_K || t == KT_Q4_K || t == KT_Q5_K || t == KT_Q6_K; }
 /* K-quants with sub-block minimums */
 static bool has_min(int t) { return t == KT_Q2_K || t == KT_Q4_K || t == KT_Q5_K; }
@@ -131,6 +133,11 @@ static void test_roundtrip(void **state) {
 /* the spec once more, independently of repack.c: original rows, fmaf per block */
 static float spec_dot(int t, const uint8_t *wrow, const block_q8_0 *a, int64_t K) {
     float acc = 0.0f;
+    if (t == KT_F16) { /* a: the F16-rounded activations; one fmaf chain in k order */
+        for (int64_t k = 0; k < K; k++)
+            acc = fmaf(kern_fp16_to_fp32(((const uint16_t *)wrow)[k]), kern_fp16_to_fp32(((const uint16_t *)a)[k]), acc);
+        return acc;
+    }
     if (is_k(t)) { /* a: Q8_K rows; sub-block sums of a from qs, not bsums */
         const block_q8_K *ak = (const block_q8_K *)a;
         for (int64_t b = 0; b < K / QK_K; b++) {
@@ -172,7 +179,8 @@ static float spec_dot(int t, const uint8_t *wrow, const block_q8_0 *a, int64_t K
 static void test_tiers_bit_identical(void **state) {
     (void)state;
     enum { TMAX = 9 };
-    const int64_t Ns[] = {8, 21, 64}, Ks[] = {32, 160, 512};
+    /* N = 136: 17 groups, so each of 2 threads gets F16's 8-group decode tile */
+    const int64_t Ns[] = {8, 21, 136}, Ks[] = {32, 160, 512};
     core_pool *pool = core_pool_new(2);
     const kern_tier best = kern_best_tier();
     for (int ti = 0; ti < NTYPES; ti++)
@@ -230,7 +238,9 @@ static void test_tiers_bit_identical(void **state) {
  * amax / 254 (Q8_0 and Q8_K: d = amax / 127, round to nearest; the
  * integer dots are exact, so that error passes through unchanged), so
  *   |dy| <= sum|w| * amax / 254 + 4 (K + 2) 2^-24 sum|w a|
- * (the second term: float summation in two different orders). */
+ * (the second term: float summation in two different orders).  F16
+ * activations are rounded to F16 instead: at most 2^-11 |a| per element
+ * (normal range), so the first term is 2^-11 sum|w a|. */
 static void test_vs_matmul_ref(void **state) {
     (void)state;
     enum { N = 37, K = 256, T = 6 };
@@ -267,7 +277,8 @@ static void test_vs_matmul_ref(void **state) {
                     sw += fabs(wd[n * K + k]);
                     swa += fabs((has_min(t) ? wm[n * K + k] : wd[n * K + k]) * x[tt * K + k]);
                 }
-                const double tol = sw * amax / 254.0 * 1.01 + 4.0 * (K + 2) * ldexp(1.0, -24) * swa;
+                const double act = t == KT_F16 ? ldexp(1.0, -11) * swa : sw * amax / 254.0;
+                const double tol = act * 1.01 + 4.0 * (K + 2) * ldexp(1.0, -24) * swa;
                 if (fabs(y[tt * N + n] - yr[tt * N + n]) > tol)
                     fail_msg("%s: y[%d][%d] %.9g vs ref %.9g (tol %.3g)", kern_type_name(t), tt, n, y[tt * N + n],
                              yr[tt * N + n], tol);
