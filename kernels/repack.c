@@ -293,6 +293,7 @@ typedef struct {
     int T;
     int64_t N, nb;
     size_t ba;              /* bytes of an activation row */
+    _Atomic int64_t next;   /* the next unclaimed group (pack_task) */
 } pack_job;
 
 /* one group against activation rows t0 .. t0+C-1 */
@@ -305,10 +306,7 @@ static void group_tile(const pack_job *j, int64_t g, int t0, int C, float *y, si
     else tile_ref(j->D, j->nb, C, y, ldy, w, a, j->ba);
 }
 
-static void pack_task(void *ctx, int ith, int nth) {
-    const pack_job *j = ctx;
-    int64_t lo, hi;
-    core_split(n_groups(j->N), ith, nth, &lo, &hi);
+static void pack_groups(const pack_job *j, int64_t lo, int64_t hi) {
     for (int64_t g = lo; g < hi; g++) {
         const bool full = (g + 1) * KERN_PACK_ROWS <= j->N;
         for (int t0 = 0; t0 < j->T; t0 += 4) {
@@ -324,6 +322,15 @@ static void pack_task(void *ctx, int ith, int nth) {
                     j->y[(size_t)(t0 + c) * (size_t)j->N + (size_t)n] = tmp[c * KERN_PACK_ROWS + (n % KERN_PACK_ROWS)];
         }
     }
+}
+
+/* groups in dynamic chunks (core_chunk_next): each output is computed the
+ * same way whichever thread takes it */
+static void pack_task(void *ctx, int ith, int nth) {
+    pack_job *j = ctx;
+    const int64_t G = n_groups(j->N), chunk = core_chunk_size(G, nth, 8);
+    (void)ith;
+    for (int64_t lo, hi; core_chunk_next(&j->next, G, chunk, &lo, &hi);) pack_groups(j, lo, hi);
 }
 
 static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -402,6 +409,7 @@ static void run(core_pool *pool, void *scratch, const void *P, int wtype, const 
     CORE_ASSERT(up64(nbT * kern_type_get(D->atype)->type_size) + up64(nbT * 4) + nbT * 4 * (size_t)D->n_ax <=
                 kern_matmul_scratch_bytes(T, K));
     pack_job j = {.D = D, .P = P, .y = y, .T = T, .N = N, .nb = K / D->qk};
+    atomic_init(&j.next, 0);
 #if PACK_X86
     if (!ref && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
 #endif

@@ -59,6 +59,7 @@ typedef struct {
     float *y;
     int T;
     int64_t N, K;
+    _Atomic int64_t next; /* the next unclaimed group (f16_task) */
 } f16_job;
 
 /* groups [g, g + G) against rows [t0, t0 + C) */
@@ -79,10 +80,7 @@ static void run_tile(const f16_job *j, int64_t g, int G, int t0, int C) {
         for (int64_t n = n0; n < j->N; n++) y[(size_t)c * (size_t)j->N + (size_t)(n - n0)] = tmp[c * KERN_PACK_ROWS + (n - n0)];
 }
 
-static void f16_task(void *ctx, int ith, int nth) {
-    const f16_job *j = ctx;
-    int64_t lo, hi;
-    core_split(n_groups(j->N), ith, nth, &lo, &hi);
+static void f16_groups(const f16_job *j, int64_t lo, int64_t hi) {
     const int64_t full = hi < j->N / KERN_PACK_ROWS ? hi : j->N / KERN_PACK_ROWS; /* groups before it have 8 rows */
     /* decode: 8 groups (64 rows, 8 chains) per tile; prefill: 2 groups x 6 rows,
      * each pair of groups against every activation row while it sits in L2 */
@@ -94,6 +92,15 @@ static void f16_task(void *ctx, int ith, int nth) {
     }
     if (hi > full && full >= lo) /* the partial last group */
         for (int t0 = 0; t0 < j->T; t0 += F16_TC) run_tile(j, full, 1, t0, j->T - t0 < F16_TC ? j->T - t0 : F16_TC);
+}
+
+/* groups in dynamic chunks (core_chunk_next), a multiple of the decode
+ * tile's 8 groups */
+static void f16_task(void *ctx, int ith, int nth) {
+    f16_job *j = ctx;
+    const int64_t G = n_groups(j->N), chunk = (core_chunk_size(G, nth, 8) + 7) & ~(int64_t)7;
+    (void)ith;
+    for (int64_t lo, hi; core_chunk_next(&j->next, G, chunk, &lo, &hi);) f16_groups(j, lo, hi);
 }
 
 typedef struct {
@@ -127,6 +134,7 @@ static void prep_acts(core_pool *pool, const float *x, float *a, int T, int64_t 
 static void run(core_pool *pool, void *scratch, const void *P, const float *x, float *y, int T, int64_t N, int64_t K,
                 bool ref) {
     f16_job j = {.P = P, .a = scratch, .y = y, .T = T, .N = N, .K = K};
+    atomic_init(&j.next, 0);
 #if defined(__x86_64__) || defined(_M_X64)
     if (!ref && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_f16_tile_avx2();
 #endif
