@@ -43,7 +43,8 @@ model_work *model_work_new(const model *m, int max_T, int n_ctx, model_attn attn
     w->pos = malloc(T * sizeof(int));
     w->seg_row = malloc(T * sizeof(int));
     w->seg_list = malloc(T * sizeof(int));
-    if (!w->pos || !w->seg_row || !w->seg_list || !w->x || !w->xb || !w->xb2 || !w->q || !w->k || !w->v || !w->hb || !w->hb2 || !w->attn_scratch || !w->mm ||
+    w->row_seg = malloc(T * sizeof(int));
+    if (!w->row_seg || !w->pos || !w->seg_row || !w->seg_list || !w->x || !w->xb || !w->xb2 || !w->q || !w->k || !w->v || !w->hb || !w->hb2 || !w->attn_scratch || !w->mm ||
         !w->sink_mass || !w->sink_head)
         goto oom;
     return w;
@@ -57,7 +58,7 @@ void model_work_free(model_work *w) {
     if (!w) return;
     free(w->x); free(w->xb); free(w->xb2); free(w->q); free(w->k); free(w->v);
     free(w->hb); free(w->hb2); free(w->attn_scratch); free(w->mm); free(w->sink_mass); free(w->sink_head);
-    free(w->pos); free(w->seg_row); free(w->seg_list);
+    free(w->pos); free(w->seg_row); free(w->seg_list); free(w->row_seg);
     free(w);
 }
 
@@ -136,14 +137,82 @@ static void attention(const model *m, model_work *w, int l, const model_segment 
     else core_pool_run(m->pool, attn_task, (void *)&j);
 }
 
+/* The per-row steps between the matmuls, split over the pool by rows when
+ * the batch has several (a row's arithmetic does not depend on the thread
+ * or on the other rows; one decoding sequence stays on the caller, where a
+ * pool round trip would cost more than the work):
+ *   ROWS_NORM    x[t] += xb[t] if resid, then xb[t] = RMSNorm(x[t]) if norm
+ *   ROWS_QKV     RoPE on q[t] and k[t], K and V rows into the row's cache
+ *   ROWS_SWIGLU  hb[t] = silu(hb[t]) * hb2[t] */
+typedef enum { ROWS_NORM, ROWS_QKV, ROWS_SWIGLU } rows_stage;
+typedef struct {
+    const model *m;
+    model_work *w;
+    const model_segment *seg;
+    rows_stage stage;
+    int T, layer;
+    bool resid;
+    const float *norm;
+    const kern_rope_params *rope;
+} rows_job;
+
+static void rows_do(const rows_job *j, int t0, int t1) {
+    const model_config *c = &j->m->cfg;
+    model_work *w = j->w;
+    const int C = c->dim, D = c->head_dim, QD = c->n_heads * D, KVD = c->n_kv_heads * D;
+    switch (j->stage) {
+    case ROWS_NORM:
+        for (int t = t0; t < t1; t++) {
+            float *x = w->x + (size_t)t * C, *xb = w->xb + (size_t)t * C;
+            if (j->resid)
+                for (int i = 0; i < C; i++) x[i] += xb[i];
+            if (j->norm) kern_rmsnorm(xb, x, j->norm, C, c->norm_eps);
+        }
+        break;
+    case ROWS_QKV:
+        for (int t = t0; t < t1; t++) {
+            kv_store *kv = j->seg[w->row_seg[t]].kv;
+            const kern_from_float_fn to_row = kern_ops(kv->type)->from_float; /* float K/V row -> cache type */
+            kern_rope(w->q + (size_t)t * QD, c->n_heads, D, w->pos[t], j->rope);
+            if (!kv->rope_on_read) kern_rope(w->k + (size_t)t * KVD, c->n_kv_heads, D, w->pos[t], j->rope);
+            uint8_t *krow, *vrow;
+            kv_row(kv, j->layer, w->pos[t], &krow, &vrow);
+            to_row(w->k + (size_t)t * KVD, krow, KVD);
+            to_row(w->v + (size_t)t * KVD, vrow, KVD);
+        }
+        break;
+    case ROWS_SWIGLU: {
+        const size_t F = (size_t)c->hidden_dim;
+        kern_swiglu(w->hb + (size_t)t0 * F, w->hb + (size_t)t0 * F, w->hb2 + (size_t)t0 * F, (int64_t)(t1 - t0) * (int64_t)F);
+        break;
+    }
+    }
+}
+
+static void rows_task(void *ctx, int ith, int nth) {
+    const rows_job *j = ctx;
+    int64_t lo, hi;
+    core_split(j->T, ith, nth, &lo, &hi);
+    rows_do(j, (int)lo, (int)hi);
+}
+
+static void rows_run(const rows_job *j) {
+    if (j->T >= 2 && core_pool_size(j->m->pool) > 1) core_pool_run(j->m->pool, rows_task, (void *)j);
+    else rows_do(j, 0, j->T);
+}
+
+static void rows_norm(const model *m, model_work *w, int T, bool resid, const float *norm) {
+    const rows_job j = {.m = m, .w = w, .stage = ROWS_NORM, .T = T, .resid = resid, .norm = norm};
+    rows_run(&j);
+}
+
 /* One pass over a batch of segments (model.h, model_forward_batch): every
  * matmul runs over all T = sum(n_i) rows at once (weights read once per
  * step), RMSNorm / RoPE per row at the row's own position, attention per
  * segment through the segment's own cache view.  Room is reserved already. */
 static void forward_batch(const model *m, model_work *w, const model_segment *seg, int n_seg, int T, float *logits) {
     const model_config *c = &m->cfg;
-    const int C = c->dim, F = c->hidden_dim, D = c->head_dim;
-    const int QD = c->n_heads * D, KVD = c->n_kv_heads * D;
+    const int C = c->dim;
     const kern_type_traits *et = kern_type_get(m->tok_embd.type);
     const size_t erow = kern_row_bytes(m->tok_embd.type, C);
     const kern_rope_params rope = {c->rope_dim, c->rope_base, c->rope_neox};
@@ -155,42 +224,31 @@ static void forward_batch(const model *m, model_work *w, const model_segment *se
             et->to_float((const uint8_t *)m->tok_embd.data + (size_t)seg[s].tokens[j] * erow, w->x + (size_t)t * C,
                          C);
             w->pos[t] = seg[s].kv->n_pos + j;
+            w->row_seg[t] = s;
         }
 
+    rows_norm(m, w, T, false, m->layers[0].attn_norm); /* xb = RMSNorm(x) for layer 0's attention */
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &m->layers[l];
 
         /* attention block: x += Wo . attn(rope(Wq xn), rope(Wk xn), Wv xn) */
-        for (int t = 0; t < T; t++)
-            kern_rmsnorm(w->xb + (size_t)t * C, w->x + (size_t)t * C, L->attn_norm, C, c->norm_eps);
         matmul(m, w, l, MODEL_MM_WQ, &L->wq, w->xb, w->q, T);   /* (T, H*D)   */
         matmul(m, w, l, MODEL_MM_WK, &L->wk, w->xb, w->k, T);   /* (T, Hkv*D) */
         matmul(m, w, l, MODEL_MM_WV, &L->wv, w->xb, w->v, T);   /* (T, Hkv*D) */
-        for (int s = 0, r0 = 0; s < n_seg; r0 += seg[s].n, s++) {
-            kv_store *kv = seg[s].kv;
-            const int n = seg[s].n;
-            const kern_from_float_fn to_row = kern_ops(kv->type)->from_float; /* float K/V row -> cache type */
-            for (int t = r0; t < r0 + n; t++) {
-                kern_rope(w->q + (size_t)t * QD, c->n_heads, D, w->pos[t], &rope);
-                if (!kv->rope_on_read) kern_rope(w->k + (size_t)t * KVD, c->n_kv_heads, D, w->pos[t], &rope);
-                uint8_t *krow, *vrow;
-                kv_row(kv, l, w->pos[t], &krow, &vrow);
-                to_row(w->k + (size_t)t * KVD, krow, KVD);
-                to_row(w->v + (size_t)t * KVD, vrow, KVD);
-            }
-        }
+        const rows_job qkv = {.m = m, .w = w, .seg = seg, .stage = ROWS_QKV, .T = T, .layer = l, .rope = &rope};
+        rows_run(&qkv);
         attention(m, w, l, seg, n_seg, &rope);
         matmul(m, w, l, MODEL_MM_WO, &L->wo, w->xb2, w->xb, T);  /* (T, C) */
-        for (size_t i = 0; i < (size_t)T * C; i++) w->x[i] += w->xb[i];
+        rows_norm(m, w, T, true, L->ffn_norm);                     /* x += Wo ...; xb = RMSNorm(x) */
 
         /* feed-forward block: x += W_down . (silu(W_gate xn) * W_up xn) */
-        for (int t = 0; t < T; t++)
-            kern_rmsnorm(w->xb + (size_t)t * C, w->x + (size_t)t * C, L->ffn_norm, C, c->norm_eps);
         matmul(m, w, l, MODEL_MM_GATE, &L->w_gate, w->xb, w->hb, T);  /* (T, F) */
         matmul(m, w, l, MODEL_MM_UP, &L->w_up, w->xb, w->hb2, T);   /* (T, F) */
-        kern_swiglu(w->hb, w->hb, w->hb2, (int64_t)T * F);
+        const rows_job glu = {.m = m, .w = w, .stage = ROWS_SWIGLU, .T = T};
+        rows_run(&glu);
         matmul(m, w, l, MODEL_MM_DOWN, &L->w_down, w->hb, w->xb, T);  /* (T, C) */
-        for (size_t i = 0; i < (size_t)T * C; i++) w->x[i] += w->xb[i];
+        /* x += W_down ...; and the next layer's attention input */
+        rows_norm(m, w, T, true, l + 1 < c->n_layers ? m->layers[l + 1].attn_norm : NULL);
     }
     if (w->sink_n) w->sink_queries += (int64_t)T * c->n_heads;
     for (int s = 0; s < n_seg; s++) kv_commit(seg[s].kv, seg[s].tokens, seg[s].n);

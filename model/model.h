@@ -141,6 +141,7 @@ typedef struct {
     void *hook_user;
     int *pos;       /* (max_T) cache index of each row of the batch */
     int *seg_row, *seg_list; /* (max_T) per segment: first row; decode segments */
+    int *row_seg;            /* (max_T) per row: its segment */
     size_t attn_bytes;       /* attention scratch per thread */
 } model_work;
 
