@@ -12,16 +12,18 @@
  * K/V tile, so a tile is read, dequantized and (rope_k) rotated once per
  * unit, not once per query head.  Per unit, in one thread's scratch:
  *
- *   Qs  [R][D]     q * log2(e)/sqrt(D)  (scores come out in log2 units)
- *   kp, vp [TP]    the tile's K / V rows: pointers into the cache (F32), or
- *                  into Kd [TP][D] / Vs [TP][Dp] where rows are dequantized
- *                  (F16, Q8_0), rotated (rope_k) or padded (D % 8 != 0)
- *   Kt  [D][TP]    the tile's K rows, transposed (TP = tile rounded up to 8)
+ *   Qs  [R][Dp]    q * log2(e)/sqrt(D), zero-padded (scores come out in
+ *                  log2 units)
+ *   kp, vp [TP]    the tile's K / V rows (TP = tile rounded up to 8):
+ *                  pointers into the cache (F32 or F16 rows, D % 8 == 0),
+ *                  or into Kd [TP][Dp] / Vs [TP][Dp] where rows are
+ *                  dequantized (Q8_0), rotated (rope_k) or padded (D % 8
+ *                  != 0); K pointers n .. TP-1 point at a zero row
  *   S   [R][TP]    the tile's scores, then its probabilities (unnormalized)
  *   A   [R][Dp]    output accumulators;  m[R] running max, l[R] running sum
  *
  * For each tile [p0, p0 + n) up to the last position of the block's last
- * query (later tiles are never touched):  S = Qs . Kt; per row, m' =
+ * query (later tiles are never touched):  S = Qs . K^T; per row, m' =
  * max(m, max S over the row's causal part), A and l scaled by 2^(m - m')
  * when the max grew, S = 2^(S - m') (0 past the row's last position),
  * l += sum S;  then A += S . V.  At the end out = A / l.
@@ -31,6 +33,13 @@
  * nothing at or past n_pos is read.  Units are handed out through an atomic
  * counter, costliest (latest queries) first; each output row is computed by
  * one thread in a fixed order, so results do not depend on thread count.
+ *
+ * A score is one fixed chain whatever R, the block or the thread: 8 lanes,
+ * lane i summing q[d] k[d] over d = i mod 8 in order, then ((l0 + l1) +
+ * (l2 + l3)) + ((l4 + l5) + (l6 + l7)).  So a query's output is the same
+ * bits whether it is decoded alone or sits in a prefill block (the serving
+ * engine recomputes preempted sequences by prefill), and no K tile is ever
+ * transposed: one query row (a decoding MHA head) reads K rows in place.
  *
  * The inner loops come from an attn_flash_ops table (kernels/attn_flash.h):
  * the portable C one below, written so gcc vectorizes it, or the AVX2 one
@@ -56,36 +65,17 @@ typedef int32_t v4i __attribute__((vector_size(16)));
 static inline v4f ld4(const float *p) { v4f v; memcpy(&v, p, sizeof v); return v; }
 static inline void st4(float *p, v4f v) { memcpy(p, &v, sizeof v); }
 
-static void scores_c(int R, int D, int nc, const float *Q, int ldq, const float *Kt, int ldk, float *S, int lds) {
-    int r = 0;
-    for (; r + 4 <= R; r += 4) {
-        const float *q0 = Q + (size_t)r * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq;
-        float *s0 = S + (size_t)r * lds, *s1 = s0 + lds, *s2 = s1 + lds, *s3 = s2 + lds;
-        for (int j = 0; j < nc; j += 8) {
-            v4f a0 = {0}, b0 = {0}, a1 = {0}, b1 = {0}, a2 = {0}, b2 = {0}, a3 = {0}, b3 = {0};
-            const float *k = Kt + j;
-            for (int d = 0; d < D; d++, k += ldk) {
-                const v4f k0 = ld4(k), k1 = ld4(k + 4);
-                a0 += q0[d] * k0; b0 += q0[d] * k1;
-                a1 += q1[d] * k0; b1 += q1[d] * k1;
-                a2 += q2[d] * k0; b2 += q2[d] * k1;
-                a3 += q3[d] * k0; b3 += q3[d] * k1;
+/* the score chain of kernels/attn_flash.h, 8 keys at a time */
+static void scores_rows_c(int R, int Dp, int nc, const float *Q, int ldq, const float *const *K, float *S, int lds) {
+    for (int r = 0; r < R; r++) {
+        const float *q = Q + (size_t)r * ldq;
+        for (int j = 0; j < nc; j++) {
+            v4f a = {0}, b = {0}; /* lanes 0..3, 4..7 */
+            for (int d = 0; d < Dp; d += 8) {
+                a += ld4(q + d) * ld4(K[j] + d);
+                b += ld4(q + d + 4) * ld4(K[j] + d + 4);
             }
-            st4(s0 + j, a0); st4(s0 + j + 4, b0); st4(s1 + j, a1); st4(s1 + j + 4, b1);
-            st4(s2 + j, a2); st4(s2 + j + 4, b2); st4(s3 + j, a3); st4(s3 + j + 4, b3);
-        }
-    }
-    for (; r < R; r++) {
-        const float *q0 = Q + (size_t)r * ldq;
-        float *s0 = S + (size_t)r * lds;
-        for (int j = 0; j < nc; j += 8) {
-            v4f a0 = {0}, b0 = {0};
-            const float *k = Kt + j;
-            for (int d = 0; d < D; d++, k += ldk) {
-                a0 += q0[d] * ld4(k);
-                b0 += q0[d] * ld4(k + 4);
-            }
-            st4(s0 + j, a0); st4(s0 + j + 4, b0);
+            S[(size_t)r * lds + j] = ((a[0] + a[1]) + (a[2] + a[3])) + ((b[0] + b[1]) + (b[2] + b[3]));
         }
     }
 }
@@ -123,20 +113,18 @@ static void pv_c(int R, int Dp, int n, const float *P, int ldp, const float *con
     }
 }
 
-static void kt_load_c(const float *const *K, int n, int nc, int D, float *Kt, int ldk) {
-    for (int d = 0; d < D; d++) {
-        float *kt = Kt + (size_t)d * ldk;
-        for (int j = 0; j < n; j++) kt[j] = K[j][d];
-        for (int j = n; j < nc; j++) kt[j] = 0.0f;
-    }
-}
-
-/* the F16 rows converted (exactly) a tile at a time, then the float versions */
-static void kt_load_f16_c(const uint16_t *const *K, int n, int nc, int D, float *Kt, int ldk) {
-    for (int d = 0; d < D; d++) {
-        float *kt = Kt + (size_t)d * ldk;
-        for (int j = 0; j < n; j++) kt[j] = kern_fp16_to_fp32(K[j][d]);
-        for (int j = n; j < nc; j++) kt[j] = 0.0f;
+/* the F16 rows converted (exactly) 8 at a time, then the float version */
+static void scores_rows_f16_c(int R, int Dp, int nc, const float *Q, int ldq, const uint16_t *const *K, float *S,
+                              int lds) {
+    float buf[8][256];
+    const float *rows[8];
+    CORE_ASSERT(Dp <= 256);
+    for (int j0 = 0; j0 < nc; j0 += 8) { /* nc is a multiple of 8 */
+        for (int i = 0; i < 8; i++) {
+            for (int c = 0; c < Dp; c++) buf[i][c] = kern_fp16_to_fp32(K[j0 + i][c]);
+            rows[i] = buf[i];
+        }
+        scores_rows_c(R, Dp, 8, Q, ldq, rows, S + j0, lds);
     }
 }
 
@@ -209,9 +197,9 @@ static void q8_0_to_f32_c(const void *x, float *y, int nb) {
     }
 }
 
-const attn_flash_ops attn_flash_ops_c = {.scores = scores_c, .pv = pv_c, .kt_load = kt_load_c, .row_max = row_max_c,
+const attn_flash_ops attn_flash_ops_c = {.scores_rows = scores_rows_c, .pv = pv_c, .row_max = row_max_c,
                                          .row_exp2 = row_exp2_c, .row_scale = row_scale_c, .pv_f16 = pv_f16_c,
-                                         .kt_load_f16 = kt_load_f16_c, .f16_to_f32 = f16_to_f32_c,
+                                         .scores_rows_f16 = scores_rows_f16_c, .f16_to_f32 = f16_to_f32_c,
                                          .q8_0_to_f32 = q8_0_to_f32_c};
 
 /* ---- scratch layout ------------------------------------------------------ */
@@ -220,7 +208,7 @@ static size_t pad16(size_t n) { return (n + 15) & ~(size_t)15; } /* floats: 64-b
 
 typedef struct {
     int G, Tq, R, tile, TP, Dp; /* R = Tq * G rows per unit */
-    size_t qs, kt, kd, vs, s, a, m, l, kp, vp, freq, total; /* offsets in floats */
+    size_t qs, kz, kd, vs, s, a, m, l, kp, vp, freq, total; /* offsets in floats */
 } flash_layout;
 
 static flash_layout layout(const kern_attn_dims *d) {
@@ -233,9 +221,9 @@ static flash_layout layout(const kern_attn_dims *d) {
     L.TP = round8(L.tile);
     L.Dp = round8(d->D);
     size_t o = 0;
-    L.qs = o; o += pad16((size_t)L.R * d->D);
-    L.kt = o; o += pad16((size_t)d->D * L.TP);
-    L.kd = o; o += pad16((size_t)L.TP * d->D);
+    L.qs = o; o += pad16((size_t)L.R * L.Dp);
+    L.kz = o; o += pad16((size_t)L.Dp);
+    L.kd = o; o += pad16((size_t)L.TP * L.Dp);
     L.vs = o; o += pad16((size_t)L.TP * L.Dp);
     L.s = o; o += pad16((size_t)L.R * L.TP);
     L.a = o; o += pad16((size_t)L.R * L.Dp);
@@ -310,9 +298,9 @@ static void rope_head(float *x, int pos, const kern_rope_params *p, const float 
     }
 }
 
-/* Kt[d][jj] = K row p0+jj (rotated when rope_k) for jj < n, 0 up to nc;
- * vp[jj] = V row p0+jj: in place for F32 rows (D a multiple of 8), else
- * dequantized into Vs and zero-padded to Dp */
+/* kp[jj] = K row p0+jj (rotated when rope_k), the zero row for n <= jj <
+ * nc; vp[jj] = V row p0+jj.  In place for F32 / F16 rows when D % 8 == 0,
+ * else dequantized into Kd / Vs and zero-padded to Dp */
 static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int nc) {
     const flash_layout *L = &j->L;
     const int D = j->d->D, Dp = L->Dp;
@@ -325,9 +313,10 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
         if (j->direct_k) kp[jj] = (const float *)(kr + e0);
         else if (j->f16_k) ((const uint16_t **)kp)[jj] = (const uint16_t *)(kr + e0 / 2);
         else {
-            float *k = sc + L->kd + (size_t)jj * D;
+            float *k = sc + L->kd + (size_t)jj * Dp;
             read_head(j, kr, hk, k);
             if (kv->rope_k) rope_head(k, p, kv->rope_k, sc + L->freq);
+            for (int d = D; d < Dp; d++) k[d] = 0.0f;
             kp[jj] = k;
         }
         if (j->direct_v) vp[jj] = (const float *)(vr + e0);
@@ -339,8 +328,7 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
             vp[jj] = v;
         }
     }
-    if (j->f16_k) j->ops->kt_load_f16((const uint16_t *const *)kp, n, nc, D, sc + L->kt, L->TP);
-    else j->ops->kt_load(kp, n, nc, D, sc + L->kt, L->TP);
+    for (int jj = n; jj < nc; jj++) kp[jj] = sc + L->kz; /* zeros as floats, and as halves */
 }
 
 static void flash_unit(const flash_job *j, float *sc, int u) {
@@ -358,7 +346,7 @@ static void flash_unit(const flash_job *j, float *sc, int u) {
         for (int g = 0; g < G; g++) {
             const int r = (t - t0) * G + g;
             const float *qr = j->q + ((size_t)t * H + (size_t)hk * G + g) * D;
-            for (int d = 0; d < D; d++) Qs[(size_t)r * D + d] = qr[d] * qscale;
+            for (int d = 0; d < Dp; d++) Qs[(size_t)r * Dp + d] = d < D ? qr[d] * qscale : 0.0f;
             for (int d = 0; d < Dp; d++) A[(size_t)r * Dp + d] = 0.0f;
             m[r] = -INFINITY;
             l[r] = 0.0f;
@@ -371,7 +359,12 @@ static void flash_unit(const flash_job *j, float *sc, int u) {
         /* rows whose query sees p0: q_pos0 + t >= p0 (a suffix of the rows) */
         const int t_first = p0 - dm->q_pos0 > t0 ? p0 - dm->q_pos0 : t0;
         const int r0 = (t_first - t0) * G;
-        ops->scores(R - r0, D, nc, Qs + (size_t)r0 * D, D, sc + L->kt, TP, S + (size_t)r0 * TP, TP);
+        if (j->f16_k)
+            ops->scores_rows_f16(R - r0, Dp, nc, Qs + (size_t)r0 * Dp, Dp, (const uint16_t *const *)(sc + L->kp),
+                                 S + (size_t)r0 * TP, TP);
+        else
+            ops->scores_rows(R - r0, Dp, nc, Qs + (size_t)r0 * Dp, Dp, (const float *const *)(sc + L->kp),
+                             S + (size_t)r0 * TP, TP);
         for (int r = r0; r < R; r++) {
             const int t = t0 + r / G;
             const int nv = dm->q_pos0 + t - p0 + 1 < n ? dm->q_pos0 + t - p0 + 1 : n; /* causal part */
@@ -411,6 +404,7 @@ static void flash_task(void *ctx, int ith, int nth) {
     if (rp)
         for (int i = 0; i < rp->rope_dim / 2; i++)
             sc[j->L.freq + i] = 1.0f / powf(rp->base, (float)(2 * i) / (float)rp->rope_dim);
+    for (int d = 0; d < j->L.Dp; d++) sc[j->L.kz + d] = 0.0f;
     for (int u; (u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_units;)
         flash_unit(j, sc, u);
 }
@@ -436,11 +430,11 @@ void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_
     if (d->T == 0) return;
     flash_job j = {.q = q, .kv = kv, .out = out, .d = d, .ops = pick_ops(), .L = layout(d),
                    .scratch = scratch, .per_thread = kern_attn_flash_scratch_bytes(d)};
-    /* F32 rows are read in place (V when D % 8 == 0: the V loops read Dp =
-     * D rounded up to 8 floats per row) */
-    j.direct_k = kv->type == KT_F32 && !kv->rope_k;
+    /* F32 and F16 rows are read in place when D % 8 == 0 (the loops read
+     * Dp = D rounded up to 8 elements per row) */
+    j.direct_k = kv->type == KT_F32 && !kv->rope_k && d->D % 8 == 0;
     j.direct_v = kv->type == KT_F32 && d->D % 8 == 0;
-    j.f16_k = kv->type == KT_F16 && !kv->rope_k;
+    j.f16_k = kv->type == KT_F16 && !kv->rope_k && d->D % 8 == 0 && d->D <= 256;
     j.f16_v = kv->type == KT_F16 && d->D % 8 == 0 && d->D <= 256;
     j.n_qb = (d->T + j.L.Tq - 1) / j.L.Tq;
     j.n_units = j.n_qb * d->Hkv;

@@ -15,12 +15,14 @@
 #include <stdint.h>
 
 typedef struct {
-    /* S[r][j] = sum_d Q[r][d] * Kt[d][j]   r < R, j < nc   (Kt: K transposed) */
-    void (*scores)(int R, int D, int nc, const float *Q, int ldq, const float *Kt, int ldk, float *S, int lds);
+    /* S[r][j] = sum_d Q[r][d] * K[j][d]   r < R, j < nc, d < Dp  (K[j]: row
+     * pointers, Dp a multiple of 8).  Each S[r][j] is the same chain in
+     * every call of a table: 8 lanes, lane i summing over d = i mod 8 in
+     * order, then ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)); so it
+     * depends neither on R nor on the other rows and keys. */
+    void (*scores_rows)(int R, int Dp, int nc, const float *Q, int ldq, const float *const *K, float *S, int lds);
     /* A[r][c] += sum_j P[r][j] * V[j][c]   r < R, c < Dp, j < n  (V[j]: row pointers) */
     void (*pv)(int R, int Dp, int n, const float *P, int ldp, const float *const *V, float *A, int lda);
-    /* Kt[d][j] = K[j][d] for j < n, 0 for n <= j < nc; d < D  (K[j]: row pointers) */
-    void (*kt_load)(const float *const *K, int n, int nc, int D, float *Kt, int ldk);
     /* max of s[0..n), n >= 1 */
     float (*row_max)(const float *s, int n);
     /* s[j] = 2^(s[j] - m) for j < nv, 0 for nv <= j < nc; returns the sum.
@@ -28,10 +30,11 @@ typedef struct {
     float (*row_exp2)(float *s, int nv, int nc, float m);
     /* a[0..n) *= c */
     void (*row_scale)(float *a, int n, float c);
-    /* as pv and kt_load with F16 rows (straight from an F16 cache), converted
-     * in registers: the same results as converting the rows first */
+    /* as pv and scores_rows with F16 rows (straight from an F16 cache),
+     * converted in registers: the same results as converting the rows first */
     void (*pv_f16)(int R, int Dp, int n, const float *P, int ldp, const uint16_t *const *V, float *A, int lda);
-    void (*kt_load_f16)(const uint16_t *const *K, int n, int nc, int D, float *Kt, int ldk);
+    void (*scores_rows_f16)(int R, int Dp, int nc, const float *Q, int ldq, const uint16_t *const *K, float *S,
+                            int lds);
     /* y[0..n) = IEEE half x[0..n) as floats */
     void (*f16_to_f32)(const uint16_t *x, float *y, int n);
     /* y[0..32*nb) = nb Q8_0 blocks (kernels/quants.h) as floats */

@@ -5,9 +5,8 @@
  *
  * Letters: R query rows, D head dim, Dp = D rounded up to 8, nc tile
  * columns (a multiple of 8).  The two products are register-blocked as
- * small GEMMs: 4 rows x 16 columns = 8 accumulators, each K / V load
- * feeding 4 FMAs.  They differ from the C table only in rounding (FMA, and
- * the same exp2 polynomial evaluated with FMA). */
+ * small GEMMs (8 accumulators).  They differ from the C table only in
+ * rounding (FMA, and the same exp2 polynomial evaluated with FMA). */
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
@@ -20,74 +19,6 @@ static inline float hmax(__m256 v) {
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
-}
-
-/* S[r][j] = sum_d Q[r][d] * Kt[d][j] */
-static void scores_avx2(int R, int D, int nc, const float *Q, int ldq, const float *Kt, int ldk, float *S,
-                        int lds) {
-    int r = 0;
-    for (; r + 4 <= R; r += 4) {
-        const float *q0 = Q + (size_t)r * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq;
-        float *s0 = S + (size_t)r * lds, *s1 = s0 + lds, *s2 = s1 + lds, *s3 = s2 + lds;
-        int j = 0;
-        for (; j + 16 <= nc; j += 16) {
-            __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
-            __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;
-            const float *k = Kt + j;
-            for (int d = 0; d < D; d++, k += ldk) {
-                const __m256 k0 = _mm256_loadu_ps(k), k1 = _mm256_loadu_ps(k + 8);
-                __m256 b = _mm256_broadcast_ss(q0 + d);
-                a00 = _mm256_fmadd_ps(b, k0, a00); a01 = _mm256_fmadd_ps(b, k1, a01);
-                b = _mm256_broadcast_ss(q1 + d);
-                a10 = _mm256_fmadd_ps(b, k0, a10); a11 = _mm256_fmadd_ps(b, k1, a11);
-                b = _mm256_broadcast_ss(q2 + d);
-                a20 = _mm256_fmadd_ps(b, k0, a20); a21 = _mm256_fmadd_ps(b, k1, a21);
-                b = _mm256_broadcast_ss(q3 + d);
-                a30 = _mm256_fmadd_ps(b, k0, a30); a31 = _mm256_fmadd_ps(b, k1, a31);
-            }
-            _mm256_storeu_ps(s0 + j, a00); _mm256_storeu_ps(s0 + j + 8, a01);
-            _mm256_storeu_ps(s1 + j, a10); _mm256_storeu_ps(s1 + j + 8, a11);
-            _mm256_storeu_ps(s2 + j, a20); _mm256_storeu_ps(s2 + j + 8, a21);
-            _mm256_storeu_ps(s3 + j, a30); _mm256_storeu_ps(s3 + j + 8, a31);
-        }
-        for (; j < nc; j += 8) {
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            const float *k = Kt + j;
-            for (int d = 0; d < D; d++, k += ldk) {
-                const __m256 k0 = _mm256_loadu_ps(k);
-                a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + d), k0, a0);
-                a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(q1 + d), k0, a1);
-                a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(q2 + d), k0, a2);
-                a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(q3 + d), k0, a3);
-            }
-            _mm256_storeu_ps(s0 + j, a0); _mm256_storeu_ps(s1 + j, a1);
-            _mm256_storeu_ps(s2 + j, a2); _mm256_storeu_ps(s3 + j, a3);
-        }
-    }
-    for (; r < R; r++) {
-        const float *q0 = Q + (size_t)r * ldq;
-        float *s0 = S + (size_t)r * lds;
-        int j = 0;
-        for (; j + 32 <= nc; j += 32) {
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            const float *k = Kt + j;
-            for (int d = 0; d < D; d++, k += ldk) {
-                const __m256 b = _mm256_broadcast_ss(q0 + d);
-                a0 = _mm256_fmadd_ps(b, _mm256_loadu_ps(k), a0);
-                a1 = _mm256_fmadd_ps(b, _mm256_loadu_ps(k + 8), a1);
-                a2 = _mm256_fmadd_ps(b, _mm256_loadu_ps(k + 16), a2);
-                a3 = _mm256_fmadd_ps(b, _mm256_loadu_ps(k + 24), a3);
-            }
-            _mm256_storeu_ps(s0 + j, a0); _mm256_storeu_ps(s0 + j + 8, a1);
-            _mm256_storeu_ps(s0 + j + 16, a2); _mm256_storeu_ps(s0 + j + 24, a3);
-        }
-        for (; j < nc; j += 8) {
-            __m256 a0 = _mm256_setzero_ps();
-            const float *k = Kt + j;
-            for (int d = 0; d < D; d++, k += ldk) a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(q0 + d), _mm256_loadu_ps(k), a0);
-            _mm256_storeu_ps(s0 + j, a0);
-        }
-    }
 }
 
 /* A[r][c] += sum_j P[r][j] * V[j][c] */
@@ -170,52 +101,72 @@ static void pv_f16_avx2(int R, int Dp, int n, const float *P, int ldp, const uin
     pv_body(R, Dp, n, P, ldp, (const void *const *)V, A, lda, true);
 }
 
-/* Kt[d][j] = K[j][d]: 8 x 8 blocks transposed in registers */
-AI float at(const void *row, int d, const bool f16) {
-    return f16 ? _cvtsh_ss(((const uint16_t *)row)[d]) : ((const float *)row)[d];
+/* S[r][j]: the chain of kernels/attn_flash.h, per block of RB rows x KB
+ * keys (RB * KB = 8 accumulators, each a score's 8 lanes); one load of a
+ * K row (converted once when F16) feeds RB FMAs, one of a Q row KB.  The
+ * 8 accumulators are reduced together: hadd pairs lanes (0+1, 2+3, ..),
+ * the second hadd the pairs, and the two 128-bit halves are added last,
+ * which is the table's tree for every accumulator. */
+AI __m256 reduce8(const __m256 *a) {
+    const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    /* h0 = [a0 L, a1 L, a2 L, a3 L | a0 H, a1 H, a2 H, a3 H], L = (l0+l1)+(l2+l3), H = (l4+l5)+(l6+l7) */
+    return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
 }
-AI void kt_body(const void *const *K, int n, int nc, int D, float *Kt, int ldk, const bool f16) {
-    int j = 0;
-    for (; j + 8 <= n; j += 8) {
-        int d = 0;
-        for (; d + 8 <= D; d += 8) {
-            const __m256 r0 = ld8(K[j], d, f16), r1 = ld8(K[j + 1], d, f16);
-            const __m256 r2 = ld8(K[j + 2], d, f16), r3 = ld8(K[j + 3], d, f16);
-            const __m256 r4 = ld8(K[j + 4], d, f16), r5 = ld8(K[j + 5], d, f16);
-            const __m256 r6 = ld8(K[j + 6], d, f16), r7 = ld8(K[j + 7], d, f16);
-            const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-            const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-            const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-            const __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-            const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
-            const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
-            const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
-            const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-            float *o = Kt + (size_t)d * ldk + j;
-            _mm256_storeu_ps(o, _mm256_permute2f128_ps(u0, u4, 0x20));
-            _mm256_storeu_ps(o + ldk, _mm256_permute2f128_ps(u1, u5, 0x20));
-            _mm256_storeu_ps(o + 2 * (size_t)ldk, _mm256_permute2f128_ps(u2, u6, 0x20));
-            _mm256_storeu_ps(o + 3 * (size_t)ldk, _mm256_permute2f128_ps(u3, u7, 0x20));
-            _mm256_storeu_ps(o + 4 * (size_t)ldk, _mm256_permute2f128_ps(u0, u4, 0x31));
-            _mm256_storeu_ps(o + 5 * (size_t)ldk, _mm256_permute2f128_ps(u1, u5, 0x31));
-            _mm256_storeu_ps(o + 6 * (size_t)ldk, _mm256_permute2f128_ps(u2, u6, 0x31));
-            _mm256_storeu_ps(o + 7 * (size_t)ldk, _mm256_permute2f128_ps(u3, u7, 0x31));
+AI void score_block(const int RB, const int KB, int Dp, const float *Q, int ldq, const void *const *K, float *S,
+                    int lds, const bool f16) {
+    __m256 acc[8];
+    for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+    for (int d = 0; d < Dp; d += 8) {
+        if (RB == 1) {
+            const __m256 q = _mm256_loadu_ps(Q + d);
+            for (int kb = 0; kb < 8; kb++) acc[kb] = _mm256_fmadd_ps(q, ld8(K[kb], d, f16), acc[kb]);
+            continue;
         }
-        for (; d < D; d++)
-            for (int i = 0; i < 8; i++) Kt[(size_t)d * ldk + j + i] = at(K[j + i], d, f16);
+        __m256 kv[4];
+        for (int kb = 0; kb < KB; kb++) kv[kb] = ld8(K[kb], d, f16);
+        for (int rb = 0; rb < RB; rb++) {
+            const __m256 q = _mm256_loadu_ps(Q + (size_t)rb * ldq + d);
+            for (int kb = 0; kb < KB; kb++) acc[rb * KB + kb] = _mm256_fmadd_ps(q, kv[kb], acc[rb * KB + kb]);
+        }
     }
-    for (int d = 0; d < D; d++) {
-        float *o = Kt + (size_t)d * ldk;
-        for (int i = j; i < n; i++) o[i] = at(K[i], d, f16);
-        for (int i = n; i < nc; i++) o[i] = 0.0f;
+    const __m256 r = reduce8(acc);
+    if (RB == 1) {
+        _mm256_storeu_ps(S, r);
+        return;
+    }
+    float t[8];
+    _mm256_storeu_ps(t, r);
+    for (int rb = 0; rb < RB; rb++)
+        for (int kb = 0; kb < KB; kb++) S[(size_t)rb * lds + kb] = t[rb * KB + kb];
+}
+AI void scores_body(int R, int Dp, int nc, const float *Q, int ldq, const void *const *K, float *S, int lds,
+                    const bool f16) {
+    for (int r = 0; r < R;) { /* 8, 4, 2 or 1 rows; nc is a multiple of 8 */
+        const float *q = Q + (size_t)r * ldq;
+        float *s = S + (size_t)r * lds;
+        if (R - r >= 8) {
+            for (int j = 0; j < nc; j++) score_block(8, 1, Dp, q, ldq, K + j, s + j, lds, f16);
+            r += 8;
+        } else if (R - r >= 4) {
+            for (int j = 0; j < nc; j += 2) score_block(4, 2, Dp, q, ldq, K + j, s + j, lds, f16);
+            r += 4;
+        } else if (R - r >= 2) {
+            for (int j = 0; j < nc; j += 4) score_block(2, 4, Dp, q, ldq, K + j, s + j, lds, f16);
+            r += 2;
+        } else {
+            for (int j = 0; j < nc; j += 8) score_block(1, 8, Dp, q, ldq, K + j, s + j, lds, f16);
+            r += 1;
+        }
     }
 }
 
-static void kt_load_avx2(const float *const *K, int n, int nc, int D, float *Kt, int ldk) {
-    kt_body((const void *const *)K, n, nc, D, Kt, ldk, false);
+static void scores_rows_avx2(int R, int Dp, int nc, const float *Q, int ldq, const float *const *K, float *S, int lds) {
+    scores_body(R, Dp, nc, Q, ldq, (const void *const *)K, S, lds, false);
 }
-static void kt_load_f16_avx2(const uint16_t *const *K, int n, int nc, int D, float *Kt, int ldk) {
-    kt_body((const void *const *)K, n, nc, D, Kt, ldk, true);
+static void scores_rows_f16_avx2(int R, int Dp, int nc, const float *Q, int ldq, const uint16_t *const *K, float *S,
+                                 int lds) {
+    scores_body(R, Dp, nc, Q, ldq, (const void *const *)K, S, lds, true);
 }
 
 static float row_max_avx2(const float *s, int n) {
@@ -287,10 +238,10 @@ static void q8_0_to_f32_avx2(const void *x, float *y, int nb) {
     }
 }
 
-const attn_flash_ops attn_flash_ops_avx2 = {.scores = scores_avx2, .pv = pv_avx2, .kt_load = kt_load_avx2,
+const attn_flash_ops attn_flash_ops_avx2 = {.scores_rows = scores_rows_avx2, .pv = pv_avx2,
                                             .row_max = row_max_avx2, .row_exp2 = row_exp2_avx2,
                                             .row_scale = row_scale_avx2, .pv_f16 = pv_f16_avx2,
-                                            .kt_load_f16 = kt_load_f16_avx2, .f16_to_f32 = f16_to_f32_avx2,
+                                            .scores_rows_f16 = scores_rows_f16_avx2, .f16_to_f32 = f16_to_f32_avx2,
                                             .q8_0_to_f32 = q8_0_to_f32_avx2};
 #else
 typedef int attn_flash_avx2_unused; /* not an x86-64 AVX2 build: nothing here */

@@ -478,8 +478,59 @@ static void test_flash_f16_in_place(void **state) {
         }
 }
 
+/* A query row's output does not depend on the rows computed with it: row t
+ * of a whole prefill (T = P, q_pos0 = 0) equals, bit for bit, the same
+ * query decoded alone (T = 1, q_pos0 = t) and inside a block of 7.  The
+ * serving engine relies on it: a preempted sequence is recomputed by
+ * prefill and must continue with the tokens it would have produced.  Each
+ * tier, cache type, MHA / GQA / MQA, D with and without a tail of 8,
+ * rotation on read. */
+static void test_flash_rows_batch_invariant(void **state) {
+    (void)state;
+    const int shapes[][3] = {{8, 8, 64}, {8, 2, 64}, {4, 1, 40}, {6, 3, 12}}; /* H, Hkv, D */
+    const int types[] = {KT_F32, KT_F16, KT_Q8_0};
+    const int P = 150, rows[] = {0, 1, 7, 63, 64, 100, 149};
+    kern_tier tl[2];
+    const int nt = tiers(tl);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (size_t ty = 0; ty < sizeof types / sizeof *types; ty++)
+            for (int rope_on = 0; rope_on < 2; rope_on++) {
+                const int H = shapes[si][0], Hkv = shapes[si][1], D = shapes[si][2], E = Hkv * D;
+                const int type = valid_type(types[ty], Hkv, D);
+                const size_t per = (size_t)H * D, nq = (size_t)P * per;
+                float *q = malloc(sizeof(float) * nq), *K = malloc(sizeof(float) * P * E),
+                      *V = malloc(sizeof(float) * P * E), *full = malloc(sizeof(float) * nq),
+                      *part = malloc(sizeof(float) * 7 * per);
+                fill(q, nq); fill(K, (size_t)P * E); fill(V, (size_t)P * E);
+                const kern_rope_params rope = {D, 10000.0f, false};
+                cache c;
+                cache_build(&c, type, PAGED5, Hkv, D, P, K, V, rope_on ? &rope : NULL);
+                for (int ti = 0; ti < nt; ti++) {
+                    assert_true(kern_set_tier(tl[ti]));
+                    const kern_attn_dims all = {P, H, Hkv, D, 0, 0};
+                    run_flash(2, q, &c.v, full, &all);
+                    for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
+                        const int t = rows[ri], n = t + 7 <= P ? 7 : 1;
+                        const kern_attn_dims one = {1, H, Hkv, D, t, 0}, blk = {n, H, Hkv, D, t, 0};
+                        run_flash(1, q + (size_t)t * per, &c.v, part, &one);
+                        if (memcmp(part, full + (size_t)t * per, sizeof(float) * per))
+                            fail_msg("tier %s %s H=%d Hkv=%d D=%d rope=%d: row %d decoded alone != in the prefill",
+                                     kern_tier_name(tl[ti]), kern_type_name(type), H, Hkv, D, rope_on, t);
+                        run_flash(2, q + (size_t)t * per, &c.v, part, &blk);
+                        if (memcmp(part, full + (size_t)t * per, sizeof(float) * n * per))
+                            fail_msg("tier %s %s H=%d Hkv=%d D=%d rope=%d: rows %d.. in a block of %d != in the prefill",
+                                     kern_tier_name(tl[ti]), kern_type_name(type), H, Hkv, D, rope_on, t, n);
+                    }
+                }
+                kern_set_tier(kern_best_tier());
+                cache_free(&c);
+                free(q); free(K); free(V); free(full); free(part);
+            }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flash_rows_batch_invariant),
         cmocka_unit_test(test_flash_f16_in_place),
         cmocka_unit_test(test_view_read),
         cmocka_unit_test(test_naive_vs_attention_ref),
