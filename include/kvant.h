@@ -48,11 +48,11 @@ typedef struct kvant_model kvant_model;
 typedef struct {
     const char *tokenizer_path; /* llama2.c tokenizer.bin; NULL: from GGUF / next to a .bin */
     int n_threads;              /* 0: number of online CPUs */
-    int no_repack;              /* 1: keep Q4_0 / Q8_0 matrices as stored (no faster packed copy) */
+    int no_repack;              /* 1: keep matrices as stored (no faster packed copy; also KVANT_REPACK=0) */
 } kvant_model_params;
 
 /* Opens a GGUF (v2/v3) or llama2.c checkpoint; weights stay mmap'd.  Q4_0
- * and Q8_0 matrices are repacked for the matmul into groups of 8 rows
+ * Q8_0, K-quant and F16 matrices are repacked for the matmul into groups of 8 rows
  * (memory stays about the file's size: the mapped originals are dropped)
  * unless p->no_repack or the environment has KVANT_REPACK=0. */
 kvant_model *kvant_model_open(const char *path, const kvant_model_params *p, kvant_status *st);

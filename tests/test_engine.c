@@ -64,7 +64,7 @@ static void greedy_seq(const int32_t *prompt, int np, int ng, int32_t *out) {
 
 static int setup(void **state) {
     kvant_status st;
-    kvant_model_params mp = {NULL, 1}; /* tiny model: threads would only spin */
+    kvant_model_params mp = {.n_threads = 1}; /* tiny model: threads would only spin */
     g_m = kvant_model_open(shared_path("models/stories260K.gguf"), &mp, &st);
     if (!g_m) fail_msg("open: %s", st.msg);
     kvant_model_info in;
@@ -111,7 +111,7 @@ static int teardown(void **state) {
 static void test_batch_forward(void **state) {
     (void)state;
     kvant_status st;
-    kvant_model_params mp = {NULL, 2}; /* 2 threads: decode segments are spread over them */
+    kvant_model_params mp = {.n_threads = 2}; /* 2 threads: decode segments are spread over them */
     kvant_model *km = kvant_model_open(shared_path("models/stories260K.gguf"), &mp, &st);
     assert_non_null(km);
     const model *m = km->m;

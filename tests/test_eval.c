@@ -33,7 +33,7 @@ static void test_metrics(void **state) {
 
 static kvant_model *open(const char *rel) {
     kvant_status st;
-    kvant_model_params mp = {NULL, 2};
+    kvant_model_params mp = {.n_threads = 2};
     kvant_model *m = kvant_model_open(shared_path(rel), &mp, &st);
     if (!m) fail_msg("%s", st.msg);
     return m;

@@ -101,7 +101,7 @@ static void write_model(const char *path, int hkv, bool expand_to_mha) {
 
 static float *logits_of(const char *path, int n_kv_expected) {
     kvant_status st;
-    kvant_model_params p = {NULL, 2};
+    kvant_model_params p = {.n_threads = 2};
     kvant_model *m = kvant_model_open(path, &p, &st);
     if (!m) fail_msg("%s", st.msg);
     kvant_model_info in;

@@ -132,7 +132,7 @@ static void test_mixed_vs_plain(void **state) {
     for (int i = 0; i < N * K; i++) w[i] = 0.05f * gauss();
     /* keep ordinary values below the threshold so only injected columns qualify */
     for (int i = 0; i < T * K; i++) x[i] = fmaxf(-5.5f, fminf(5.5f, x[i]));
-    const model_mat W = {w, KT_F32, N, K};
+    const model_mat W = {.data = w, .type = KT_F32, .rows = N, .cols = K};
     int8_mat M;
     assert_int_equal(int8_mat_init(&M, &W, NULL, NULL), KVANT_OK);
     int8_scratch *sc = int8_scratch_new(T, K, N, NULL);
@@ -220,7 +220,7 @@ static void test_outlier_criterion(void **state) {
 /* ---- on stories260K ----------------------------------------------------------------- */
 static kvant_model *open_model(void) {
     kvant_status st;
-    kvant_model_params mp = {NULL, 2};
+    kvant_model_params mp = {.n_threads = 2};
     kvant_model *m = kvant_model_open(shared_path("models/stories260K.gguf"), &mp, &st);
     if (!m) fail_msg("%s", st.msg);
     return m;

@@ -390,7 +390,7 @@ static double logits_vs_llamacpp(const char *type) {
     assert_int_equal(n, 64);
     snprintf(rel, sizeof rel, "reference/llamacpp/kq-%s.gguf", type);
     kvant_status st;
-    kvant_model_params p = {NULL, 2};
+    kvant_model_params p = {.n_threads = 2};
     kvant_model *m = kvant_model_open(shared_path(rel), &p, &st);
     if (!m) fail_msg("open %s: %s", rel, st.msg);
     kvant_model_info in;

@@ -18,7 +18,7 @@ static int g_V;
 static int setup(void **state) {
     (void)state;
     kvant_status st;
-    kvant_model_params mp = {NULL, 2};
+    kvant_model_params mp = {.n_threads = 2};
     g_model = kvant_model_open(shared_path("models/stories260K.gguf"), &mp, &st);
     if (!g_model) return -1;
     kvant_model_info in;

@@ -15,7 +15,7 @@ static kvant_model *open_model(const char *rel, const char *tok_rel, int threads
     kvant_status st;
     char tokp[4096] = "";
     if (tok_rel) snprintf(tokp, sizeof tokp, "%s", shared_path(tok_rel));
-    kvant_model_params p = {tok_rel ? tokp : NULL, threads};
+    kvant_model_params p = {.tokenizer_path = tok_rel ? tokp : NULL, .n_threads = threads};
     kvant_model *m = kvant_model_open(shared_path(rel), &p, &st);
     if (!m) fail_msg("open %s: %s", rel, st.msg);
     return m;

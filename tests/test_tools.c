@@ -88,7 +88,7 @@ static void test_quantize_errors(void **state) {
 
 static float *logits(const char *path, const int32_t *ids, int n, int *V) {
     kvant_status st;
-    kvant_model_params p = {NULL, 2};
+    kvant_model_params p = {.n_threads = 2};
     kvant_model *m = kvant_model_open(path, &p, &st);
     if (!m) fail_msg("%s", st.msg);
     kvant_model_info in;
