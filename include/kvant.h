@@ -51,7 +51,7 @@ typedef struct {
     int no_repack;              /* 1: keep matrices as stored (no faster packed copy; also KVANT_REPACK=0) */
 } kvant_model_params;
 
-/* Opens a GGUF (v2/v3) or llama2.c checkpoint; weights stay mmap'd.  Q4_0
+/* Opens a GGUF (v2/v3) or llama2.c checkpoint; weights stay mmap'd.  Q4_0,
  * Q8_0, K-quant and F16 matrices are repacked for the matmul into groups of 8 rows
  * (memory stays about the file's size: the mapped originals are dropped)
  * unless p->no_repack or the environment has KVANT_REPACK=0. */
