@@ -285,52 +285,60 @@ static void tile_ref(const pack_desc *D, int64_t nb, int C, float *y, size_t ldy
 typedef struct {
     const pack_desc *D;
     kern_pack_tile_fn tile; /* NULL: tile_ref */
-    const uint8_t *P;
     const uint8_t *a;       /* T activation rows (D->atype) */
     const float *ad;        /* T x nb scales */
     const int32_t *as;      /* T x nb x D->n_ax extras */
-    float *y;
-    int T;
-    int64_t N, nb;
+    int T, n_out;
+    int64_t nb;
     size_t ba;              /* bytes of an activation row */
+    const kern_packed_out *out; /* the n_out matrices (same type and K) */
+    int64_t g_end[KERN_PACK_MAX_OUT]; /* their groups, numbered one after the other */
     _Atomic int64_t next;   /* the next unclaimed group (pack_task) */
 } pack_job;
 
-/* one group against activation rows t0 .. t0+C-1 */
-static void group_tile(const pack_job *j, int64_t g, int t0, int C, float *y, size_t ldy) {
+/* one group of matrix o against activation rows t0 .. t0+C-1 */
+static void group_tile(const pack_job *j, const kern_packed_out *o, int64_t g, int t0, int C, float *y, size_t ldy) {
     const size_t bn = (size_t)j->nb;
-    const uint8_t *w = j->P + (size_t)g * (size_t)j->nb * j->D->xb;
+    const uint8_t *w = (const uint8_t *)o->P + (size_t)g * (size_t)j->nb * j->D->xb;
     const uint8_t *a = j->a + (size_t)t0 * j->ba;
     if (j->tile)
         j->tile(j->nb, C, y, ldy, w, a, j->ba, j->ad + (size_t)t0 * bn, j->as + (size_t)t0 * bn * (size_t)j->D->n_ax, bn);
     else tile_ref(j->D, j->nb, C, y, ldy, w, a, j->ba);
 }
 
-static void pack_groups(const pack_job *j, int64_t lo, int64_t hi) {
+static void pack_groups(const pack_job *j, const kern_packed_out *o, int64_t lo, int64_t hi) {
+    const int64_t N = o->N;
     for (int64_t g = lo; g < hi; g++) {
-        const bool full = (g + 1) * KERN_PACK_ROWS <= j->N;
+        const bool full = (g + 1) * KERN_PACK_ROWS <= N;
         for (int t0 = 0; t0 < j->T; t0 += 4) {
             const int C = j->T - t0 < 4 ? j->T - t0 : 4;
             if (full) {
-                group_tile(j, g, t0, C, j->y + (size_t)t0 * (size_t)j->N + (size_t)g * KERN_PACK_ROWS, (size_t)j->N);
+                group_tile(j, o, g, t0, C, o->y + (size_t)t0 * (size_t)N + (size_t)g * KERN_PACK_ROWS, (size_t)N);
                 continue;
             }
             float tmp[4 * KERN_PACK_ROWS];
-            group_tile(j, g, t0, C, tmp, KERN_PACK_ROWS);
+            group_tile(j, o, g, t0, C, tmp, KERN_PACK_ROWS);
             for (int c = 0; c < C; c++)
-                for (int64_t n = g * KERN_PACK_ROWS; n < j->N; n++)
-                    j->y[(size_t)(t0 + c) * (size_t)j->N + (size_t)n] = tmp[c * KERN_PACK_ROWS + (n % KERN_PACK_ROWS)];
+                for (int64_t n = g * KERN_PACK_ROWS; n < N; n++)
+                    o->y[(size_t)(t0 + c) * (size_t)N + (size_t)n] = tmp[c * KERN_PACK_ROWS + (n % KERN_PACK_ROWS)];
         }
     }
 }
 
-/* groups in dynamic chunks (core_chunk_next): each output is computed the
- * same way whichever thread takes it */
+/* the groups of all matrices, one numbering, in dynamic chunks
+ * (core_chunk_next): each output is computed the same way whichever thread
+ * takes it, and whichever matrices share the call */
 static void pack_task(void *ctx, int ith, int nth) {
     pack_job *j = ctx;
-    const int64_t G = n_groups(j->N), chunk = core_chunk_size(G, nth, 8);
+    const int64_t G = j->g_end[j->n_out - 1], chunk = core_chunk_size(G, nth, 8);
     (void)ith;
-    for (int64_t lo, hi; core_chunk_next(&j->next, G, chunk, &lo, &hi);) pack_groups(j, lo, hi);
+    for (int64_t lo, hi; core_chunk_next(&j->next, G, chunk, &lo, &hi);)
+        for (int i = 0; i < j->n_out && lo < hi; i++) {
+            if (lo >= j->g_end[i]) continue;
+            const int64_t g0 = i ? j->g_end[i - 1] : 0, e = hi < j->g_end[i] ? hi : j->g_end[i];
+            pack_groups(j, &j->out[i], lo - g0, e - g0);
+            lo = e;
+        }
 }
 
 static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
@@ -401,15 +409,20 @@ static void prep_acts(core_pool *pool, const pack_desc *D, const kern_from_float
     else prep_rows(&p, 0, T);
 }
 
-static void run(core_pool *pool, void *scratch, const void *P, int wtype, const float *x, float *y, int T, int64_t N,
+static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out *out, int n_out, const float *x, int T,
                 int64_t K, bool ref) {
     const pack_desc *D = desc_of(wtype);
-    CORE_ASSERT(D && K % D->qk == 0 && T >= 1);
+    CORE_ASSERT(D && K % D->qk == 0 && T >= 1 && n_out >= 1 && n_out <= KERN_PACK_MAX_OUT);
     const size_t nbT = (size_t)T * (size_t)(K / D->qk);
     CORE_ASSERT(up64(nbT * kern_type_get(D->atype)->type_size) + up64(nbT * 4) + nbT * 4 * (size_t)D->n_ax <=
                 kern_matmul_scratch_bytes(T, K));
-    pack_job j = {.D = D, .P = P, .y = y, .T = T, .N = N, .nb = K / D->qk};
+    pack_job j = {.D = D, .T = T, .n_out = n_out, .nb = K / D->qk, .out = out};
     atomic_init(&j.next, 0);
+    double work = 0;
+    for (int i = 0; i < n_out; i++) {
+        j.g_end[i] = (i ? j.g_end[i - 1] : 0) + n_groups(out[i].N);
+        work += (double)out[i].N * (double)K * T;
+    }
 #if PACK_X86
     if (!ref && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
 #endif
@@ -421,14 +434,21 @@ static void run(core_pool *pool, void *scratch, const void *P, int wtype, const 
     if (!ref && D->atype == KT_Q8_K && kern_active_tier() >= KERN_TIER_AVX2) quant = kern_pack_quant_q8_k_avx2;
 #endif
     prep_acts(ref ? NULL : pool, D, quant, x, scratch, T, K, &j);
-    if (pool && !ref && (double)N * (double)K * T >= KERN_MT_MIN_WORK) core_pool_run(pool, pack_task, &j);
+    if (pool && !ref && work >= KERN_MT_MIN_WORK) core_pool_run(pool, pack_task, &j);
     else pack_task(&j, 0, 1);
 }
 
 void kern_matmul_packed(core_pool *pool, void *scratch, const void *P, int wtype, const float *x, float *y, int T,
                         int64_t N, int64_t K) {
-    if (wtype == KT_F16) kern_matmul_packed_f16(pool, scratch, P, x, y, T, N, K);
-    else run(pool, scratch, P, wtype, x, y, T, N, K, false);
+    const kern_packed_out o = {P, N, y};
+    kern_matmul_packed_n(pool, scratch, wtype, &o, 1, x, T, K);
+}
+
+void kern_matmul_packed_n(core_pool *pool, void *scratch, int wtype, const kern_packed_out *out, int n_out,
+                          const float *x, int T, int64_t K) {
+    if (wtype == KT_F16) /* F16 rounds the activations in its own prep; one call each */
+        for (int i = 0; i < n_out; i++) kern_matmul_packed_f16(pool, scratch, out[i].P, x, out[i].y, T, out[i].N, K);
+    else run(pool, scratch, wtype, out, n_out, x, T, K, false);
 }
 
 void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, int T, int64_t N, int64_t K) {
@@ -438,6 +458,7 @@ void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, 
     }
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     CORE_ASSERT(scratch);
-    run(NULL, scratch, P, wtype, x, y, T, N, K, true);
+    const kern_packed_out o = {P, N, y};
+    run(NULL, scratch, wtype, &o, 1, x, T, K, true);
     free(scratch);
 }

@@ -105,6 +105,18 @@ void kern_unpack_row(const void *P, int wtype, int64_t N, int64_t K, int64_t n, 
  * scratch: kern_matmul_scratch_bytes(T, K). */
 void kern_matmul_packed(core_pool *pool, void *scratch, const void *P, int wtype, const float *x, float *y, int T,
                         int64_t N, int64_t K);
+/* Several packed matrices of one type and K against the same x (a layer's
+ * Q, K and V; gate and up): the activations are quantized once and the
+ * threads take the row groups of all of them in one pool run.  Each y is
+ * bit-identical to its own kern_matmul_packed.  n_out <= KERN_PACK_MAX_OUT. */
+#define KERN_PACK_MAX_OUT 4
+typedef struct {
+    const void *P; /* packed N x K matrix */
+    int64_t N;
+    float *y;      /* y[T][N] */
+} kern_packed_out;
+void kern_matmul_packed_n(core_pool *pool, void *scratch, int wtype, const kern_packed_out *out, int n_out,
+                          const float *x, int T, int64_t K);
 /* The spec above in plain C, one thread (allocates its scratch). */
 void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, int T, int64_t N, int64_t K);
 

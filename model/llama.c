@@ -72,6 +72,23 @@ static void matmul(const model *m, model_work *w, int l, model_mm_id id, const m
     else kern_matmul(m->pool, w->mm, W->data, W->type, x, y, T, W->rows, W->cols);
 }
 
+/* Several linear layers of one input (Q, K, V; gate, up): one packed call
+ * when they are all packed with one type and no hook watches (activations
+ * quantized once, one pool run; the same bits as one call each), else one
+ * matmul() each. */
+static void matmul_n(const model *m, model_work *w, int l, const model_mm_id *id, const model_mat *const *W,
+                     const float *x, float *const *y, int n, int T) {
+    bool fuse = !w->tap && !w->mm_hook && n <= KERN_PACK_MAX_OUT;
+    for (int i = 0; i < n && fuse; i++) fuse = W[i]->packed && W[i]->type == W[0]->type && W[i]->cols == W[0]->cols;
+    if (!fuse) {
+        for (int i = 0; i < n; i++) matmul(m, w, l, id[i], W[i], x, y[i], T);
+        return;
+    }
+    kern_packed_out out[KERN_PACK_MAX_OUT];
+    for (int i = 0; i < n; i++) out[i] = (kern_packed_out){W[i]->packed, W[i]->rows, y[i]};
+    kern_matmul_packed_n(m->pool, w->mm, W[0]->type, out, n, x, T, W[0]->cols);
+}
+
 /* Attention of every segment's rows over its own cache, layer l (rows
  * already written to the caches).  Single-token (decode) segments run as
  * one parallel job, a whole segment per thread, instead of one job each:
@@ -232,9 +249,10 @@ static void forward_batch(const model *m, model_work *w, const model_segment *se
         const model_layer *L = &m->layers[l];
 
         /* attention block: x += Wo . attn(rope(Wq xn), rope(Wk xn), Wv xn) */
-        matmul(m, w, l, MODEL_MM_WQ, &L->wq, w->xb, w->q, T);   /* (T, H*D)   */
-        matmul(m, w, l, MODEL_MM_WK, &L->wk, w->xb, w->k, T);   /* (T, Hkv*D) */
-        matmul(m, w, l, MODEL_MM_WV, &L->wv, w->xb, w->v, T);   /* (T, Hkv*D) */
+        const model_mm_id qkv_id[3] = {MODEL_MM_WQ, MODEL_MM_WK, MODEL_MM_WV};
+        const model_mat *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
+        float *qkv_y[3] = {w->q, w->k, w->v};                    /* (T, H*D), (T, Hkv*D), (T, Hkv*D) */
+        matmul_n(m, w, l, qkv_id, qkv_w, w->xb, qkv_y, 3, T);
         const rows_job qkv = {.m = m, .w = w, .seg = seg, .stage = ROWS_QKV, .T = T, .layer = l, .rope = &rope};
         rows_run(&qkv);
         attention(m, w, l, seg, n_seg, &rope);
@@ -242,8 +260,10 @@ static void forward_batch(const model *m, model_work *w, const model_segment *se
         rows_norm(m, w, T, true, L->ffn_norm);                     /* x += Wo ...; xb = RMSNorm(x) */
 
         /* feed-forward block: x += W_down . (silu(W_gate xn) * W_up xn) */
-        matmul(m, w, l, MODEL_MM_GATE, &L->w_gate, w->xb, w->hb, T);  /* (T, F) */
-        matmul(m, w, l, MODEL_MM_UP, &L->w_up, w->xb, w->hb2, T);   /* (T, F) */
+        const model_mm_id glu_id[2] = {MODEL_MM_GATE, MODEL_MM_UP};
+        const model_mat *glu_w[2] = {&L->w_gate, &L->w_up};
+        float *glu_y[2] = {w->hb, w->hb2};                         /* (T, F) each */
+        matmul_n(m, w, l, glu_id, glu_w, w->xb, glu_y, 2, T);
         const rows_job glu = {.m = m, .w = w, .stage = ROWS_SWIGLU, .T = T};
         rows_run(&glu);
         matmul(m, w, l, MODEL_MM_DOWN, &L->w_down, w->hb, w->xb, T);  /* (T, C) */

@@ -233,6 +233,47 @@ static void test_tiers_bit_identical(void **state) {
     core_pool_free(pool);
 }
 
+/* kern_matmul_packed_n (Q, K, V or gate, up in one call): each output is
+ * bit-identical to its own kern_matmul_packed, for every type, 1 and 2
+ * threads, decode and batches, matrices of different heights (one with a
+ * partial last group) */
+static void test_packed_n(void **state) {
+    (void)state;
+    core_pool *pool = core_pool_new(2);
+    const int64_t Ns[3] = {64, 21, 136};
+    for (int ti = 0; ti < NTYPES; ti++) {
+        const int t = TYPES[ti];
+        const int64_t K = is_k(t) ? 512 : 256;
+        uint8_t *P[3];
+        float *x = malloc(sizeof(float) * 9 * K), *y[3], *y1 = malloc(sizeof(float) * 9 * 136);
+        for (int i = 0; i < 9 * K; i++) x[i] = frand() * 2.0f;
+        kern_packed_out out[3];
+        for (int i = 0; i < 3; i++) {
+            uint8_t *W = make_weights(t, Ns[i], K);
+            P[i] = malloc(kern_pack_bytes(t, Ns[i], K));
+            kern_pack(W, t, Ns[i], K, P[i], 0, (Ns[i] + 7) / 8);
+            free(W);
+            y[i] = malloc(sizeof(float) * 9 * (size_t)Ns[i]);
+            out[i] = (kern_packed_out){P[i], Ns[i], y[i]};
+        }
+        void *scratch = malloc(kern_matmul_scratch_bytes(9, K));
+        for (int T = 1; T <= 9; T += 4)
+            for (int threaded = 0; threaded < 2; threaded++)
+                for (int n = 1; n <= 3; n++) {
+                    kern_matmul_packed_n(threaded ? pool : NULL, scratch, t, out, n, x, T, K);
+                    for (int i = 0; i < n; i++) {
+                        kern_matmul_packed(threaded ? pool : NULL, scratch, P[i], t, x, y1, T, Ns[i], K);
+                        if (memcmp(y1, y[i], sizeof(float) * (size_t)T * (size_t)Ns[i]))
+                            fail_msg("%s T=%d threads=%d: matrix %d of %d in one call != its own call",
+                                     kern_type_name(t), T, threaded + 1, i, n);
+                    }
+                }
+        for (int i = 0; i < 3; i++) { free(P[i]); free(y[i]); }
+        free(x); free(y1); free(scratch);
+    }
+    core_pool_free(pool);
+}
+
 /* packed (threaded, best tier) vs kern_matmul_ref.  Bound per output, with
  * amax = max |x|, the activation rounding error per element is at most
  * amax / 254 (Q8_0 and Q8_K: d = amax / 127, round to nearest; the
@@ -327,6 +368,7 @@ int main(void) {
         cmocka_unit_test(test_quant_q8_k),
         cmocka_unit_test(test_tiers_bit_identical),
         cmocka_unit_test(test_vs_matmul_ref),
+        cmocka_unit_test(test_packed_n),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
