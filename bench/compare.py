@@ -8,9 +8,12 @@ For every model, runs `kvant bench --json` and `llama-bench -o jsonl` with the
 same file, threads, -p and -n, interleaved, and prints one markdown table:
 tokens/s of each (mean +- sd), the ratio kvant / llama.cpp, and the decode
 roofline = read bandwidth / bytes read per token (all weights except the
-token embedding, of which one row is read).  The bandwidth is measured in the
-same run with build/kvant-stream.  Both programs see the same noisy machine;
-compare the ratios, not the absolute numbers across runs.
+token embedding, of which one row is read).  The bandwidth is measured with
+build/kvant-stream right before and right after each model's decode tests
+(the mean of the two is that row's roofline): on a shared machine it moves
+by 2x within minutes, so one reading for the whole run misstates most rows.
+Both programs see the same noisy machine; compare the ratios, not the
+absolute numbers across runs.
 """
 import argparse, json, os, struct, subprocess, sys
 
@@ -62,18 +65,17 @@ ap.add_argument("-r", "--reps", type=int, default=3)
 ap.add_argument("models", nargs="+")
 ARGS = ap.parse_args()
 
-bw = bandwidth()
-print(f"read bandwidth ({ARGS.threads} threads, measured now): {bw:.1f} GB/s\n")
-print("| model | test | kvant t/s | llama.cpp t/s | kvant / llama.cpp | roofline t/s | kvant % of roofline |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+print("| model | test | kvant t/s | llama.cpp t/s | kvant / llama.cpp | read GB/s | roofline t/s | kvant % of roofline | llama.cpp % |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for m in ARGS.models:
     wbytes = gguf_weight_bytes(m)
     for test in ("pp", "tg"):
+        bw0 = bandwidth() if test == "tg" else 0
         k = run_kvant(m, test)
         l = run_llama(m, test)
+        bw = (bw0 + bandwidth()) / 2 if test == "tg" else 0
         name = f"{test}{ARGS.p if test == 'pp' else ARGS.n}"
         roof = bw * 1e9 / wbytes if test == "tg" and wbytes else 0
-        roof_s = f"{roof:.1f}" if roof else "-"
-        frac = f"{100 * k[0] / roof:.0f}%" if roof else "-"
+        cols = [f"{bw:.1f}", f"{roof:.1f}", f"{100 * k[0] / roof:.0f}%", f"{100 * l[0] / roof:.0f}%"] if roof else ["-"] * 4
         print(f"| {os.path.basename(m)} | {name} | {k[0]:.2f} ± {k[1]:.2f} | {l[0]:.2f} ± {l[1]:.2f} | "
-              f"{k[0] / l[0]:.2f} | {roof_s} | {frac} |", flush=True)
+              f"{k[0] / l[0]:.2f} | " + " | ".join(cols) + " |", flush=True)
