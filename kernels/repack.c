@@ -88,10 +88,41 @@ static void k3_uncanon(const uint8_t *c, size_t sb, uint8_t *b) {
 }
 
 
+/* Q5_0 / Q5_1 block <-> canonical block: the 32 fifth bits (qh, little
+ * endian) permuted so a tile finds those of a qs chunk with one shift:
+ * element 4j + i (low nibble of qs byte 4j + i) at bit 8i + j, element
+ * 16 + 4j + i (its high nibble) at bit 8i + 4 + j.  For chunk j, bit 4 of
+ * byte i is then (qh << (4 - j)) for the low nibble, (qh >> j) for the
+ * high one. */
+static int q5_qh_at(int e) { return e < 16 ? 8 * (e % 4) + e / 4 : 8 * ((e - 16) % 4) + 4 + (e - 16) / 4; }
+static size_t q5_qh_off(size_t sb) { return sb == sizeof(block_q5_0) ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh); }
+static void q5_canon(const uint8_t *b, size_t sb, uint8_t *c) {
+    const size_t o = q5_qh_off(sb);
+    uint32_t qh, p = 0;
+    memcpy(c, b, sb);
+    memcpy(&qh, b + o, 4);
+    for (int e = 0; e < 32; e++) p |= ((qh >> e) & 1u) << q5_qh_at(e);
+    memcpy(c + o, &p, 4);
+}
+static void q5_uncanon(const uint8_t *c, size_t sb, uint8_t *b) {
+    const size_t o = q5_qh_off(sb);
+    uint32_t p, qh = 0;
+    memcpy(b, c, sb);
+    memcpy(&p, c + o, 4);
+    for (int e = 0; e < 32; e++) qh |= ((p >> q5_qh_at(e)) & 1u) << e;
+    memcpy(b + o, &qh, 4);
+}
+static_assert(offsetof(block_q4_1, qs) == 4 && offsetof(block_q5_0, qh) == 2 && offsetof(block_q5_0, qs) == 6 &&
+                  offsetof(block_q5_1, qh) == 4 && offsetof(block_q5_1, qs) == 8 && sizeof(block_q5_0) != sizeof(block_q5_1),
+              "block_q4_1 / q5_0 / q5_1 layout");
 
 static const pack_desc DESCS[] = {
     {KT_Q8_0, KT_Q8_0, 32, 272, 0, 2, {{0, 2, 2, 0}, {2, 32, 4, 16}}, NULL, NULL},
     {KT_Q4_0, KT_Q8_0, 32, 144, 1, 2, {{0, 2, 2, 0}, {2, 16, 4, 16}}, NULL, NULL},
+    {KT_Q4_1, KT_Q8_1, 32, 160, 1, 3, {{0, 2, 2, 0}, {2, 2, 2, 16}, {4, 16, 4, 32}}, NULL, NULL},
+    {KT_Q5_0, KT_Q8_0, 32, 176, 1, 3, {{0, 2, 2, 0}, {2, 4, 4, 16}, {6, 16, 4, 48}}, q5_canon, q5_uncanon},
+    {KT_Q5_1, KT_Q8_1, 32, 192, 1, 4, {{0, 2, 2, 0}, {2, 2, 2, 16}, {4, 4, 4, 32}, {8, 16, 4, 64}}, q5_canon,
+     q5_uncanon},
     {KT_Q4_K, KT_Q8_K, QK_K, 1184, 4, 5,
      {{0, 2, 2, 0}, {2, 2, 2, 16}, {4, 8, 1, 32}, {12, 8, 2, 96}, {20, 128, 4, 160}}, k45_canon, k45_uncanon},
     {KT_Q5_K, KT_Q8_K, QK_K, 1440, 4, 6,
@@ -194,11 +225,21 @@ static uint8_t chunked(const uint8_t *w, size_t off, int r, int i) {
     return w[off + 32 * (size_t)(i / 4) + 4 * (size_t)r + (size_t)(i % 4)];
 }
 
-/* weight value q (as stored minus the offset, Q4_0 / Q8_0) of row r, element i of packed block w */
+/* weight value q of row r, element i of packed block w: Q8_0 as stored;
+ * Q4_0 minus 8, Q5_0 minus 16; Q4_1, Q5_1 as stored (0..15, 0..31) */
+static uint32_t u32_at(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
 static int wq(int wtype, const uint8_t *w, int r, int i) {
     if (wtype == KT_Q8_0) return (int8_t)chunked(w, 16, r, i);
-    const uint8_t byte = chunked(w, 16, r, i % 16); /* element i (low nibble) or 16 + i (high) of byte i */
-    return (i >= 16 ? byte >> 4 : byte & 15) - 8;
+    const size_t qso = wtype == KT_Q4_0 ? 16 : wtype == KT_Q4_1 ? 32 : wtype == KT_Q5_0 ? 48 : 64;
+    const uint8_t byte = chunked(w, qso, r, i % 16); /* element i (low nibble) or 16 + i (high) of byte i */
+    int q = i >= 16 ? byte >> 4 : byte & 15;
+    if (wtype == KT_Q5_0 || wtype == KT_Q5_1) /* the fifth bit, canonical order (q5_canon) */
+        q |= (int)((u32_at(w + (wtype == KT_Q5_0 ? 16 : 32) + 4 * (size_t)r) >> q5_qh_at(i)) & 1u) << 4;
+    return q - (wtype == KT_Q4_0 ? 8 : wtype == KT_Q5_0 ? 16 : 0);
 }
 
 static float fp16_at(const uint8_t *p) {
@@ -237,6 +278,12 @@ static float out_ref(const pack_desc *D, int64_t nb, int r, const uint8_t *w, co
             int32_t isum = 0;
             for (int i = 0; i < 32; i++) isum += wq(D->wtype, wb, r, i) * ab->qs[i];
             acc = fmaf((float)isum, fp16_at(wb + 2 * r) * kern_fp16_to_fp32(ab->d), acc);
+        } else if (D->atype == KT_Q8_1) { /* Q4_1, Q5_1: x = q d + m; s_a = d_a * sum(a_e) as stored */
+            const block_q8_1 *ab = (const block_q8_1 *)a + b;
+            int32_t isum = 0;
+            for (int i = 0; i < 32; i++) isum += wq(D->wtype, wb, r, i) * ab->qs[i];
+            acc = fmaf((float)isum, fp16_at(wb + 2 * r) * kern_fp16_to_fp32(ab->d), acc);
+            acc = fmaf(fp16_at(wb + 16 + 2 * r), kern_fp16_to_fp32(ab->s), acc);
         } else if (D->wtype == KT_Q4_K || D->wtype == KT_Q5_K) {
             const block_q8_K *ab = (const block_q8_K *)a + b;
             int32_t I = 0, M = 0;
@@ -346,7 +393,7 @@ static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
 /* Activations in the weight type's activation type, with per block its
  * scale as float and D->n_ax int32 extras (kernels/repack.h).  scratch:
  * the T rows, then T*nb floats, then the extras, each 64-byte aligned
- * (Q8_0: <= 1.32 bytes per element, Q8_K: <= 1.22, plus 128 of padding;
+ * (Q8_0: <= 1.32 bytes per element, Q8_1: <= 1.38, Q8_K: <= 1.22, plus 128 of padding;
  * run() asserts kern_matmul_scratch_bytes).  Rows are independent: threads
  * split them. */
 typedef struct {
@@ -370,11 +417,16 @@ static void prep_rows(const prep_job *p, int64_t t0, int64_t t1) {
             if (D->atype == KT_Q8_0) {
                 const block_q8_0 *q = (const block_q8_0 *)row + b;
                 ad[k] = kern_fp16_to_fp32(q->d);
-                if (D->n_ax == 1) { /* Q4_0: the block's sum of q */
+                if (D->n_ax == 1) { /* Q4_0, Q5_0: the block's sum of q */
                     int32_t s = 0;
                     for (int i = 0; i < 32; i++) s += q->qs[i];
                     as[k] = s;
                 }
+            } else if (D->atype == KT_Q8_1) { /* Q4_1, Q5_1: s (d * sum q, as stored) as a float's bits */
+                const block_q8_1 *q = (const block_q8_1 *)row + b;
+                const float sf = kern_fp16_to_fp32(q->s);
+                ad[k] = kern_fp16_to_fp32(q->d);
+                memcpy(&as[k], &sf, 4);
             } else {
                 const block_q8_K *q = (const block_q8_K *)row + b;
                 ad[k] = q->d;
@@ -426,10 +478,10 @@ static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out
 #if PACK_X86
     if (!ref && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
 #endif
-    /* the quantizers give the _ref bytes at every tier: Q8_0's by
-     * kernels/types.h, Q8_K's AVX2 one here (tests/test_repack.c) */
+    /* the quantizers give the _ref bytes at every tier: Q8_0's and Q8_1's
+     * (tests/test_tiers.c), Q8_K's AVX2 one here (tests/test_repack.c) */
     kern_from_float_fn quant = kern_type_get(D->atype)->from_float_ref;
-    if (!ref && D->atype == KT_Q8_0) quant = kern_ops(KT_Q8_0)->from_float;
+    if (!ref && (D->atype == KT_Q8_0 || D->atype == KT_Q8_1)) quant = kern_ops(D->atype)->from_float;
 #if PACK_X86
     if (!ref && D->atype == KT_Q8_K && kern_active_tier() >= KERN_TIER_AVX2) quant = kern_pack_quant_q8_k_avx2;
 #endif

@@ -19,6 +19,14 @@
  *   Q4_0x8 (144 bytes): d[8], qs[4][32]: byte qs[j][4r + i] is row r's
  *       Q4_0 byte 4j+i, i.e. element 4j+i in the low nibble and element
  *       16+4j+i in the high nibble (x = (q - 8) d)
+ *   Q4_1x8 (160 bytes): d[8], m[8] (fp16), qs[4][32] as Q4_0's
+ *       (x = q d + m, q in 0..15)
+ *   Q5_0x8 (176 bytes): d[8], qh[8 r][4], qs[4][32] as Q4_0's; q = nibble
+ *       | fifth bit << 4 (x = (q - 16) d), the row's 32 fifth bits
+ *       permuted (repack.c q5_canon: element 4j + i's at bit 8i + j, element
+ *       16 + 4j + i's at bit 8i + 4 + j, so chunk j's are one shift away)
+ *   Q5_1x8 (192 bytes): d[8], m[8], qh[8 r][4] as Q5_0's, qs[4][32]
+ *       (x = q d + m, q in 0..31)
  *   Q4_Kx8 (1184 bytes; 148 per row vs the file's 144, +2.8%):
  *       @0 d[8], @16 dmin[8] (fp16), @32 sc[8 s][8 r] (uint8, 6-bit,
  *       unpacked from the 12 scale bytes), @96 m[4 p][8 r][2] (row r's
@@ -40,22 +48,26 @@
  *       kernels/quants_k.h)
  *   F16x8 (the file's size): element k of the 8 rows side by side at
  *       [k][r]; its own tile and spec (float FMAs, kernels/repack_f16.c)
- * The Q4_0 / Q8_0 / Q2_K / Q6_K packed bytes are a permutation of the file's
- * blocks; Q3_K's, Q4_K's and Q5_K's scale bytes are unpacked (a
- * bijection, so rows unpack to the identical bytes).
+ * The Q4_0 / Q4_1 / Q8_0 / Q2_K / Q6_K packed bytes are a permutation of
+ * the file's blocks, Q5_0's and Q5_1's too (their qh bits permuted);
+ * Q3_K's, Q4_K's and Q5_K's scale bytes are unpacked (a bijection, so rows
+ * unpack to the identical bytes).
  *
  * Arithmetic (the spec; kern_matmul_packed_ref is it in plain C, and every
  * tier gives bit-identical outputs for any T and any split, so a token's
  * logits do not depend on what it was batched with).  Activations are
  * rounded by the _ref quantizer of the weight type's vec_dot_type (Q8_0
- * for Q4_0 / Q8_0, Q8_K for the K-quants; the fast tiers' quantizers give
- * the same bytes or are not used).  Per output (row n, activation t),
+ * for Q4_0 / Q5_0 / Q8_0, Q8_1 for Q4_1 / Q5_1, Q8_K for the K-quants; the
+ * fast tiers' quantizers give the same bytes or are not used).  Per output (row n, activation t),
  * acc = 0, then per block b in order, with d_a = the activation block's
  * scale (float), a_e its int8 values:
- *   Q4_0, Q8_0: i_b = sum_e q_e a_e (q with the offset removed)
+ *   Q4_0, Q5_0, Q8_0: i_b = sum_e q_e a_e (q with the offset removed)
  *       acc = fmaf((float)i_b, d_w * d_a, acc)
  *       (|i_b| <= 32 * 128 * 127 < 2^24: exact in float; the product of
  *       two fp16 scales is exact in float)
+ *   Q4_1, Q5_1 (Q8_1 activations, s_a = its stored fp16 d_a * sum a_e):
+ *       i_b = sum_e q_e a_e;  acc = fmaf((float)i_b, d_w * d_a, acc);
+ *       acc = fmaf(m_w, s_a, acc)  (llama.cpp's d d' sumi + m s' per block)
  *   Q4_K, Q5_K (q in 0..15 / 0..31, sub-blocks s of 32, sc_s, m_s in 0..63):
  *       I = sum_s sc_s * sum_{e in s} q_e a_e
  *       M = sum_s m_s * sum_{e in s} a_e        (from the Q8_K bsums)
@@ -88,7 +100,7 @@
 
 #define KERN_PACK_ROWS 8
 
-/* true if wtype has a packed layout (F16, Q4_0, Q8_0, Q2_K .. Q6_K) */
+/* true if wtype has a packed layout (F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q6_K) */
 bool kern_pack_supported(int wtype);
 /* true if rows of K elements of wtype can be packed (K a multiple of its block) */
 bool kern_pack_fits(int wtype, int64_t K);
@@ -127,7 +139,8 @@ void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, 
  * activation type (Q8_0 or Q8_K), ba bytes apart; ad: per activation row
  * (bn floats apart) its nb block scales as floats; as: per activation row
  * (bn * X int32 apart) X int32 extras per block, X per weight type:
- *   Q4_0: 1, the block's sum of q;  Q8_0, Q2_K, Q3_K, Q6_K: 0 (as unused);
+ *   Q4_0, Q5_0: 1, the block's sum of q;  Q4_1, Q5_1: 1, the Q8_1 block's
+ *         s as a float's bits;  Q8_0, Q2_K, Q3_K, Q6_K: 0 (as unused);
  *   Q4_K, Q5_K: 4, extra p = the sums of q over the 32-element sub-blocks 2p
  *         and 2p+1 as two int16 (2p in the low half; |sum| <= 4064). */
 typedef void (*kern_pack_tile_fn)(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a,
