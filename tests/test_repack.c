@@ -321,6 +321,39 @@ static void test_packed_n(void **state) {
     core_pool_free(pool);
 }
 
+/* decode (T = 1) over enough row groups that threads take chunks of 4 or
+ * more (the 4-group decode tiles), with a partial last group: bit-identical
+ * to the packed ref at every tier, 1 and 2 threads */
+static void test_decode_many_groups(void **state) {
+    (void)state;
+    enum { N = 1001 };
+    core_pool *pool = core_pool_new(2);
+    const kern_tier best = kern_best_tier();
+    for (int ti = 0; ti < NTYPES; ti++) {
+        const int t = TYPES[ti];
+        const int64_t K = is_k(t) ? 256 : 96;
+        uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
+        kern_pack(W, t, N, K, P, 0, (N + 7) / 8);
+        float *x = malloc(sizeof(float) * K), *y = malloc(sizeof(float) * N), *yr = malloc(sizeof(float) * N);
+        for (int i = 0; i < K; i++) x[i] = frand() * 2.0f;
+        void *scratch = malloc(kern_matmul_scratch_bytes(1, K));
+        kern_matmul_packed_ref(P, t, x, yr, 1, N, K);
+        for (int tier = KERN_TIER_REF; tier <= (int)best; tier++) {
+            assert_true(kern_set_tier((kern_tier)tier));
+            for (int threaded = 0; threaded < 2; threaded++) {
+                memset(y, 0xff, sizeof(float) * N);
+                kern_matmul_packed(threaded ? pool : NULL, scratch, P, t, x, y, 1, N, K);
+                if (memcmp(y, yr, sizeof(float) * N))
+                    fail_msg("%s tier %s threads %d: decode over %d rows != the packed ref", kern_type_name(t),
+                             kern_tier_name((kern_tier)tier), threaded + 1, N);
+            }
+        }
+        kern_set_tier(best);
+        free(W); free(P); free(x); free(y); free(yr); free(scratch);
+    }
+    core_pool_free(pool);
+}
+
 /* packed (threaded, best tier) vs kern_matmul_ref.  Bound per output, with
  * amax = max |x|, the activation rounding error per element is at most
  * amax / 254 (Q8_0 and Q8_K: d = amax / 127, round to nearest; the
@@ -433,6 +466,7 @@ int main(void) {
         cmocka_unit_test(test_tiers_bit_identical),
         cmocka_unit_test(test_vs_matmul_ref),
         cmocka_unit_test(test_packed_n),
+        cmocka_unit_test(test_decode_many_groups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
