@@ -332,7 +332,6 @@ static void tile_ref(const pack_desc *D, int64_t nb, int C, float *y, size_t ldy
 typedef struct {
     const pack_desc *D;
     kern_pack_tile_fn tile; /* NULL: tile_ref */
-    kern_pack_dec_fn dec;   /* T == 1: 4 groups at a time (NULL: one by one) */
     const uint8_t *a;       /* T activation rows (D->atype) */
     const float *ad;        /* T x nb scales */
     const int32_t *as;      /* T x nb x D->n_ax extras */
@@ -356,12 +355,6 @@ static void group_tile(const pack_job *j, const kern_packed_out *o, int64_t g, i
 
 static void pack_groups(const pack_job *j, const kern_packed_out *o, int64_t lo, int64_t hi) {
     const int64_t N = o->N;
-    if (j->dec && j->T == 1) {
-        const size_t gs = (size_t)j->nb * j->D->xb;
-        for (; lo + 4 <= hi && (lo + 4) * KERN_PACK_ROWS <= N; lo += 4)
-            j->dec(j->nb, o->y + (size_t)lo * KERN_PACK_ROWS, (const uint8_t *)o->P + (size_t)lo * gs, gs, j->a, j->ad,
-                   j->as);
-    }
     for (int64_t g = lo; g < hi; g++) {
         const bool full = (g + 1) * KERN_PACK_ROWS <= N;
         for (int t0 = 0; t0 < j->T; t0 += 4) {
@@ -483,10 +476,7 @@ static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out
         work += (double)out[i].N * (double)K * T;
     }
 #if PACK_X86
-    if (!ref && kern_active_tier() >= KERN_TIER_AVX2) {
-        j.tile = kern_pack_tile_avx2(wtype);
-        j.dec = kern_pack_dec_avx2(wtype);
-    }
+    if (!ref && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
 #endif
     /* the quantizers give the _ref bytes at every tier: Q8_0's and Q8_1's
      * (tests/test_tiers.c), Q8_K's AVX2 one here (tests/test_repack.c) */

@@ -145,11 +145,6 @@ void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, 
  *         and 2p+1 as two int16 (2p in the low half; |sum| <= 4064). */
 typedef void (*kern_pack_tile_fn)(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a,
                                   size_t ba, const float *ad, const int32_t *as, size_t bn);
-/* Decode: 4 consecutive groups (gs bytes apart) against one activation
- * row, y[8 g + r]: four weight streams in flight per thread */
-typedef void (*kern_pack_dec_fn)(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad,
-                                 const int32_t *as);
-kern_pack_dec_fn kern_pack_dec_avx2(int wtype);
 /* the AVX2 tile of wtype (kernels/repack_avx2.c), NULL if none */
 kern_pack_tile_fn kern_pack_tile_avx2(int wtype);
 /* kern_quant_q8_k_ref in AVX2, the same bytes for finite x (tests/test_repack.c) */

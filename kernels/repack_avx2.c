@@ -62,40 +62,30 @@ AI void prefetch_block(const uint8_t *w, size_t xb, const int C) {
 /* activation row c's qs of block b */
 #define AQS(c, b) (a + (size_t)(c) * ba + (size_t)(b) * sizeof(block_q8_0) + offsetof(block_q8_0, qs))
 
-/* G groups x C activation rows (G * C <= 4); G = 4 with C = 1 is the decode
- * tile (kern_pack_dec_fn): one broadcast of the activation bytes feeds 4
- * groups, and 4 weight streams are in flight */
-AI void tile_q8(int64_t nb, const int G, const int C, float *y, size_t ldy, const uint8_t *w, size_t gs,
-                const uint8_t *a, size_t ba, const float *ad, size_t bn) {
+AI void tile_q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
+                const float *ad, size_t bn) {
     __m256 acc[4];
-    for (int i = 0; i < G * C; i++) acc[i] = _mm256_setzero_ps();
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++, w += 272) {
-        for (int g = 0; g < G; g++) prefetch_block(w + g * gs, 272, C);
+        prefetch_block(w, 272, C);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
         __m256i s[4];
-        for (int i = 0; i < G * C; i++) s[i] = _mm256_setzero_si256();
+        for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
-            __m256i av[4];
-            for (int c = 0; c < C; c++) av[c] = bcast4(AQS(c, b) + 4 * j);
-            for (int g = 0; g < G; g++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(w + g * gs + 16 + 32 * j));
-                const __m256i u = _mm256_sign_epi8(q, q); /* |q|, exact as unsigned even for -128 */
-                for (int c = 0; c < C; c++) {
-                    const __m256i p = _mm256_maddubs_epi16(u, _mm256_sign_epi8(av[c], q));
-                    s[g * C + c] = _mm256_add_epi32(s[g * C + c], _mm256_madd_epi16(p, ones));
-                }
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * j));
+            const __m256i u = _mm256_sign_epi8(q, q); /* |q|, exact as unsigned even for -128 */
+            for (int c = 0; c < C; c++) {
+                const __m256i p = _mm256_maddubs_epi16(u, _mm256_sign_epi8(bcast4(AQS(c, b) + 4 * j), q));
+                s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p, ones));
             }
         }
-        for (int g = 0; g < G; g++) {
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + g * gs)));
-            for (int c = 0; c < C; c++) {
-                const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]));
-                acc[g * C + c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[g * C + c]), d, acc[g * C + c]);
-            }
+        for (int c = 0; c < C; c++) {
+            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), d, acc[c]);
         }
     }
-    for (int g = 0; g < G; g++)
-        for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy + 8 * g, acc[g * C + c]);
+    for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
 }
 
 AI void tile_q4(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
@@ -193,13 +183,7 @@ AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t
         }                                                                                                       \
     }
 
-PACK_ENTRY(tile_q8_0, tile_q8(nb, 1, CC, y, ldy, w, 0, a, ba, ad, bn))
-
-static void dec_q8_0(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad,
-                     const int32_t *as) {
-    (void)as;
-    tile_q8(nb, 4, 1, y, 0, w, gs, a, 0, ad, 0);
-}
+PACK_ENTRY(tile_q8_0, tile_q8(nb, CC, y, ldy, w, a, ba, ad, bn))
 
 PACK_ENTRY(tile_q4_0, tile_q4(nb, CC, y, ldy, w, a, ba, ad, as, bn))
 
@@ -443,10 +427,6 @@ void kern_pack_quant_q8_k_avx2(const float *x, void *vy, int64_t n) {
         y[b].d = 1 / iscale;
     }
 }
-
-/* Only Q8_0 has a 4-group decode tile: alternating tinyllama tg runs gave
- * it +7..12% (14 of 18 pairs); the same form for Q4_0 measured slower. */
-kern_pack_dec_fn kern_pack_dec_avx2(int wtype) { return wtype == KT_Q8_0 ? dec_q8_0 : NULL; }
 
 kern_pack_tile_fn kern_pack_tile_avx2(int wtype) {
     switch (wtype) {

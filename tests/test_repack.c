@@ -321,9 +321,9 @@ static void test_packed_n(void **state) {
     core_pool_free(pool);
 }
 
-/* decode (T = 1) over enough row groups that threads take chunks of 4 or
- * more (the 4-group decode tiles), with a partial last group: bit-identical
- * to the packed ref at every tier, 1 and 2 threads */
+/* decode (T = 1) over enough row groups that threads take chunks of
+ * several, with a partial last group: bit-identical to the packed ref at
+ * every tier, 1 and 2 threads */
 static void test_decode_many_groups(void **state) {
     (void)state;
     enum { N = 1001 };
