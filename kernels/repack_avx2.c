@@ -88,48 +88,24 @@ AI void tile_q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w,
     for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
 }
 
-AI void tile_q4(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
-                const float *ad, const int32_t *as, size_t bn) {
-    __m256 acc[4];
-    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f);
-    for (int64_t b = 0; b < nb; b++, w += 144) {
-        prefetch_block(w, 144, C);
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-        __m256i s[4];
-        for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * j));
-            const __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-            for (int c = 0; c < C; c++) {
-                s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(lo, bcast4(AQS(c, b) + 4 * j)));
-                s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(hi, bcast4(AQS(c, b) + 16 + 4 * j)));
-            }
-        }
-        for (int c = 0; c < C; c++) {
-            const size_t k = (size_t)c * bn + (size_t)b;
-            const __m256i i32 = _mm256_sub_epi32(_mm256_madd_epi16(s[c], ones), _mm256_set1_epi32(8 * as[k]));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(ad[k])), acc[c]);
-        }
-    }
-    for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
-}
-
-/* Q4_1, Q5_0, Q5_1 (kind): nibbles q, with the fifth bit for Q5 from the
- * canonical qh (repack.c q5_canon: for chunk j, bit 4 of byte i is
- * qh << (4 - j) for the low nibble, qh >> j for the high one); q in 0..31
- * gives pair sums <= 2 * 31 * 127 = 7874, so chunks 0-1 and 2-3 sum in two
- * int16 accumulators (<= 31496) before vpmaddwd widens them.  Q5_0: minus
- * 16 * (sum of the block's y), exact; Q4_1, Q5_1: plus m * s_a, the spec's
- * second fmaf (s_a from the extras as a float). */
-enum { L_Q4_1, L_Q5_0, L_Q5_1 };
+/* Q4_0, Q4_1, Q5_0, Q5_1 (kind): nibbles q, with the fifth bit for Q5 from
+ * the canonical qh (repack.c q5_canon: for chunk j, bit 4 of byte i is
+ * qh << (4 - j) for the low nibble, qh >> j for the high one).  Q4: q in
+ * 0..15, the block's 8 pair sums (<= 2 * 15 * 127 each) add up in one int16
+ * accumulator (<= 30480); Q5: q in 0..31, pair sums <= 7874, so chunks 0-1
+ * and 2-3 go to two (<= 31496) before vpmaddwd widens them.  Q4_0, Q5_0:
+ * minus 8 or 16 times the sum of the block's y, exact; Q4_1, Q5_1: plus
+ * m * s_a, the spec's second fmaf (s_a from the extras as a float). */
+enum { L_Q4_0, L_Q4_1, L_Q5_0, L_Q5_1 };
 AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
                     const float *ad, const int32_t *as, size_t bn, const int kind) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
-    const bool min = kind != L_Q5_0, five = kind != L_Q4_1;
-    const size_t xb = kind == L_Q4_1 ? 160 : kind == L_Q5_0 ? 176 : 192, qso = kind == L_Q4_1 ? 32 : kind == L_Q5_0 ? 48 : 64;
+    const bool min = kind == L_Q4_1 || kind == L_Q5_1, five = kind == L_Q5_0 || kind == L_Q5_1;
+    const int off = kind == L_Q4_0 ? 8 : 16; /* Q4_0, Q5_0 */
+    const size_t xb = kind == L_Q4_0 ? 144 : kind == L_Q4_1 ? 160 : kind == L_Q5_0 ? 176 : 192;
+    const size_t qso = kind == L_Q4_0 ? 16 : kind == L_Q4_1 ? 32 : kind == L_Q5_0 ? 48 : 64;
     const size_t qho = kind == L_Q5_0 ? 16 : 32;
     const size_t abs_ = min ? sizeof(block_q8_1) : sizeof(block_q8_0), aqo = min ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
     for (int64_t b = 0; b < nb; b++, w += xb) {
@@ -148,7 +124,7 @@ AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t
                 const uint8_t *aq = a + (size_t)c * ba + (size_t)b * abs_ + aqo;
                 const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(aq + 4 * j)),
                                                    _mm256_maddubs_epi16(hi, bcast4(aq + 16 + 4 * j)));
-                if (j < 2) s0[c] = _mm256_add_epi16(s0[c], p);
+                if (j < 2 || !five) s0[c] = _mm256_add_epi16(s0[c], p);
                 else s1[c] = _mm256_add_epi16(s1[c], p);
             }
         }
@@ -156,8 +132,9 @@ AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t
         const __m256 mw = min ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))) : _mm256_setzero_ps();
         for (int c = 0; c < C; c++) {
             const size_t k = (size_t)c * bn + (size_t)b;
-            __m256i i32 = _mm256_add_epi32(_mm256_madd_epi16(s0[c], ones), _mm256_madd_epi16(s1[c], ones));
-            if (!min) i32 = _mm256_sub_epi32(i32, _mm256_set1_epi32(16 * as[k]));
+            __m256i i32 = _mm256_madd_epi16(s0[c], ones);
+            if (five) i32 = _mm256_add_epi32(i32, _mm256_madd_epi16(s1[c], ones));
+            if (!min) i32 = _mm256_sub_epi32(i32, _mm256_set1_epi32(off * as[k]));
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(ad[k])), acc[c]);
             if (min) {
                 float sa;
@@ -185,7 +162,7 @@ AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t
 
 PACK_ENTRY(tile_q8_0, tile_q8(nb, CC, y, ldy, w, a, ba, ad, bn))
 
-PACK_ENTRY(tile_q4_0, tile_q4(nb, CC, y, ldy, w, a, ba, ad, as, bn))
+PACK_ENTRY(tile_q4_0, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q4_0))
 
 PACK_ENTRY(tile_q4_1, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q4_1))
 
