@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "kernels/kernels.h"
 #include "kernels/repack.h"
@@ -59,11 +58,7 @@ static void *make_weights(int type, int64_t N, int64_t K) {
 }
 
 static void *pack(const void *W, int type, int64_t N, int64_t K) {
-    /* as model/pack.c: 2 MiB aligned, huge pages advised (the model's
-     * packed weights sit in huge pages; 4 KiB pages add TLB misses) */
-    const size_t huge = (size_t)2 << 20, bytes = (kern_pack_bytes(type, N, K) + huge - 1) & ~(huge - 1);
-    void *P = aligned_alloc(huge, bytes);
-    if (P) madvise(P, bytes, MADV_HUGEPAGE);
+    void *P = core_alloc_huge(kern_pack_bytes(type, N, K)); /* as model/pack.c */
     if (!P) { fprintf(stderr, "kvant-kernels: out of memory\n"); exit(1); }
     kern_pack(W, type, N, K, P, 0, (N + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS);
     return P;

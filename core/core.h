@@ -42,6 +42,15 @@ void core_unmap(core_map *m);
  * KVANT_ERR_NOMEM). */
 char *core_read_file(const char *path, size_t *len, kvant_status *st);
 
+/* ---- large buffers in huge pages ----------------------------------------
+ * bytes rounded up to 2 MiB, 2 MiB aligned and advised as transparent huge
+ * pages (MADV_HUGEPAGE; THP is often "madvise" only).  For packed weights,
+ * which decode streams whole every step: with 4 KiB pages that takes a TLB
+ * miss every 4 KiB.  (The paged KV pool measured slower with it: bench-batch
+ * 32 seqs S_TG -8%, and its first touch of each 2 MiB costs more.)  NULL
+ * when out of memory; free() releases it. */
+void *core_alloc_huge(size_t bytes);
+
 /* ---- thread pool --------------------------------------------------------
  * core_pool_run(pool, fn, ctx) calls fn(ctx, ith, nth) once on each of the
  * nth threads (the caller is thread 0) and returns when all are done.  The

@@ -1,4 +1,4 @@
-/* map.c - a whole file: read-only mmap, or read into memory. */
+/* map.c - a whole file: read-only mmap, or read into memory; huge-page buffers. */
 #include "core.h"
 
 #include <errno.h>
@@ -9,6 +9,15 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+void *core_alloc_huge(size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    if (bytes > SIZE_MAX - huge) return NULL;
+    bytes = (bytes + huge - 1) & ~(huge - 1);
+    void *p = aligned_alloc(huge, bytes ? bytes : huge);
+    if (p) madvise(p, bytes ? bytes : huge, MADV_HUGEPAGE); /* advice only: failure leaves 4 KiB pages */
+    return p;
+}
 
 kvant_code core_map_file(const char *path, core_map *m, kvant_status *st) {
     m->data = NULL;

@@ -20,10 +20,17 @@
 /* Where cache position p lives: block i = p / block_size, slot p % block_size;
  * pool block b = block_table ? block_table[i] : i; its K row is at
  * k_base + b * block_stride + slot * row_bytes (V likewise from v_base).
- * A row holds Hkv*D elements of `type` (KT_F32, KT_F16 or KT_Q8_0; Q8_0
- * blocks run along the row, so Hkv*D must be a multiple of 32).  Rows are
- * aligned to 4 bytes (F32) or 2 bytes (F16, Q8_0): k_base, v_base,
- * block_stride and row_bytes are multiples of that. */
+ * Two layouts of the KV heads:
+ *  - head_stride == 0 (row-major): the row holds Hkv*D elements of `type`
+ *    (KT_F32, KT_F16 or KT_Q8_0; Q8_0 blocks run along the row, so Hkv*D
+ *    must be a multiple of 32), head hk at element hk*D;
+ *  - head_stride > 0 (head-major): the row above is head 0's D elements
+ *    (whole Q8_0 blocks: D % 32 == 0), and head hk's are head_stride bytes
+ *    after head 0's.  A paged block then keeps each head's rows together
+ *    ([Hkv][block_size][D]), so a head's K and V are read as runs of
+ *    block_size * D elements, not D elements every Hkv*D.
+ * Rows are aligned to 4 bytes (F32) or 2 bytes (F16, Q8_0): k_base, v_base,
+ * block_stride, row_bytes and head_stride are multiples of that. */
 typedef struct {
     const uint8_t *k_base, *v_base;
     size_t block_stride;
@@ -35,7 +42,20 @@ typedef struct {
     /* non-NULL: K rows are stored BEFORE RoPE (StreamingLLM); row p is
      * rotated by position p (its index in the cache) when read */
     const kern_rope_params *rope_k;
+    size_t head_stride;             /* 0: row-major heads; else see above */
 } kern_kv_view;
+
+/* The first byte of the row of position p's head hk is row + the returned
+ * offset, and the head starts at element *e0 of what is there (0 when
+ * head-major; hk*D, maybe inside a Q8_0 block, when row-major). */
+static inline size_t kern_kv_head_offset(const kern_kv_view *v, int hk, int D, int64_t *e0) {
+    if (v->head_stride) {
+        *e0 = 0;
+        return (size_t)hk * v->head_stride;
+    }
+    *e0 = (int64_t)hk * D;
+    return 0;
+}
 
 typedef struct {
     int T, H, Hkv, D;
@@ -61,6 +81,9 @@ size_t kern_attn_flash_scratch_bytes(const kern_attn_dims *d);
  * position p when view->rope_k is set.  The reference way to read a view
  * (the naive kernel uses it; tests use it to check layouts). */
 void kern_kv_view_read(const kern_kv_view *view, bool is_v, int p, int hk, int D, float *dst);
+/* Asserts what both kernels need of a view of Hkv heads of D elements:
+ * a cache type, rows (or heads) of whole blocks, alignment. */
+void kern_kv_view_assert(const kern_kv_view *view, int Hkv, int D);
 
 /* q: [T][H][D] floats (already rotated).  out: [T][H][D].
  * scratch: n_threads * kern_attn_scratch_bytes(d, view->n_pos) bytes (or the

@@ -263,10 +263,9 @@ static const uint8_t *view_row(const kern_kv_view *v, const uint8_t *base, int p
     return base + (size_t)b * v->block_stride + (size_t)slot * v->row_bytes;
 }
 
-/* dst[D] = head hk of a row (F32, F16 or Q8_0) as floats */
-static void read_head(const flash_job *j, const uint8_t *row, int hk, float *dst) {
+/* dst[D] = the D elements (F32, F16 or Q8_0) at element e0 of row, as floats */
+static void read_head(const flash_job *j, const uint8_t *row, int64_t e0, float *dst) {
     const int D = j->d->D;
-    const int64_t e0 = (int64_t)hk * D;
     switch (j->kv->type) {
     case KT_F32: memcpy(dst, row + e0 * 4, (size_t)D * 4); break;
     case KT_F16: j->ops->f16_to_f32((const uint16_t *)(row + e0 * 2), dst, D); break;
@@ -306,24 +305,45 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
     const int D = j->d->D, Dp = L->Dp;
     const kern_kv_view *kv = j->kv;
     const float **kp = (const float **)(sc + L->kp), **vp = (const float **)(sc + L->vp);
-    const size_t e0 = (size_t)hk * D * sizeof(float);
-    for (int jj = 0; jj < n; jj++) {
+    int64_t e0; /* the head: element e0 of the row at hoff bytes */
+    const size_t hoff = kern_kv_head_offset(kv, hk, D, &e0);
+    /* F32 / F16 rows read in place: the head's first byte */
+    const size_t hb = hoff + (size_t)e0 * (j->f16_k ? 2 : 4), hv = hoff + (size_t)e0 * (j->f16_v ? 2 : 4);
+    /* walk the tile block by block: one table lookup per block, not a
+     * division per row */
+    const uint8_t *kr = NULL, *vr = NULL;
+    for (int jj = 0, slot = kv->block_size; jj < n; jj++, slot++, kr += kv->row_bytes, vr += kv->row_bytes) {
         const int p = p0 + jj;
-        const uint8_t *kr = view_row(kv, kv->k_base, p), *vr = view_row(kv, kv->v_base, p);
-        if (j->direct_k) kp[jj] = (const float *)(kr + e0);
-        else if (j->f16_k) ((const uint16_t **)kp)[jj] = (const uint16_t *)(kr + e0 / 2);
+        if (slot == kv->block_size) {
+            kr = view_row(kv, kv->k_base, p);
+            vr = view_row(kv, kv->v_base, p);
+            slot = p % kv->block_size;
+        }
+        /* the tile's rows are read after the loop, a head's 2-4 cache
+         * lines every row_bytes: ask for them now (the hardware prefetcher
+         * loses such a stride at every block) */
+        if (j->direct_k || j->f16_k) {
+            __builtin_prefetch(kr + hb);
+            __builtin_prefetch(kr + hb + (j->f16_k ? D * 2 : D * 4) - 1);
+        }
+        if (j->direct_v || j->f16_v) {
+            __builtin_prefetch(vr + hv);
+            __builtin_prefetch(vr + hv + (j->f16_v ? D * 2 : D * 4) - 1);
+        }
+        if (j->direct_k) kp[jj] = (const float *)(kr + hb);
+        else if (j->f16_k) ((const uint16_t **)kp)[jj] = (const uint16_t *)(kr + hb);
         else {
             float *k = sc + L->kd + (size_t)jj * Dp;
-            read_head(j, kr, hk, k);
+            read_head(j, kr + hoff, e0, k);
             if (kv->rope_k) rope_head(k, p, kv->rope_k, sc + L->freq);
             for (int d = D; d < Dp; d++) k[d] = 0.0f;
             kp[jj] = k;
         }
-        if (j->direct_v) vp[jj] = (const float *)(vr + e0);
-        else if (j->f16_v) ((const uint16_t **)vp)[jj] = (const uint16_t *)(vr + e0 / 2);
+        if (j->direct_v) vp[jj] = (const float *)(vr + hv);
+        else if (j->f16_v) ((const uint16_t **)vp)[jj] = (const uint16_t *)(vr + hv);
         else {
             float *v = sc + L->vs + (size_t)jj * Dp;
-            read_head(j, vr, hk, v);
+            read_head(j, vr + hoff, e0, v);
             for (int d = D; d < Dp; d++) v[d] = 0.0f;
             vp[jj] = v;
         }
@@ -420,12 +440,7 @@ void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_
                      const kern_attn_dims *d) {
     CORE_ASSERT(d->T >= 0 && d->H > 0 && d->Hkv > 0 && d->H % d->Hkv == 0 && d->D > 0 && d->q_pos0 >= 0);
     CORE_ASSERT(d->q_pos0 + d->T <= kv->n_pos && kv->block_size > 0 && d->tile >= 0);
-    CORE_ASSERT(kv->type == KT_F32 || kv->type == KT_F16 || kv->type == KT_Q8_0);
-    const size_t rb = kern_row_bytes(kv->type, (int64_t)d->Hkv * d->D); /* 0: Q8_0 row not whole blocks */
-    const size_t al = kv->type == KT_F32 ? 4 : 2; /* rows aligned to their element / block scale */
-    CORE_ASSERT(rb > 0 && kv->row_bytes >= rb);
-    CORE_ASSERT((uintptr_t)kv->k_base % al == 0 && (uintptr_t)kv->v_base % al == 0 && kv->block_stride % al == 0 &&
-                kv->row_bytes % al == 0);
+    kern_kv_view_assert(kv, d->Hkv, d->D);
     CORE_ASSERT(!kv->rope_k || (kv->rope_k->rope_dim % 2 == 0 && kv->rope_k->rope_dim <= d->D));
     if (d->T == 0) return;
     flash_job j = {.q = q, .kv = kv, .out = out, .d = d, .ops = pick_ops(), .L = layout(d),

@@ -73,6 +73,15 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
         const float *p0 = P + (size_t)r * ldp;
         float *o0 = A + (size_t)r * lda;
         int c = 0;
+        for (; c + 64 <= Dp; c += 64) { /* one pass over V for a 64-wide head (each output: the same FMAs in j order) */
+            __m256 a[8];
+            for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(o0 + c + 8 * i);
+            for (int j = 0; j < n; j++) {
+                const __m256 b = _mm256_broadcast_ss(p0 + j);
+                for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(b, ld8(V[j], c + 8 * i, f16), a[i]);
+            }
+            for (int i = 0; i < 8; i++) _mm256_storeu_ps(o0 + c + 8 * i, a[i]);
+        }
         for (; c + 32 <= Dp; c += 32) {
             __m256 a0 = _mm256_loadu_ps(o0 + c), a1 = _mm256_loadu_ps(o0 + c + 8);
             __m256 a2 = _mm256_loadu_ps(o0 + c + 16), a3 = _mm256_loadu_ps(o0 + c + 24);

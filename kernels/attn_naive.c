@@ -30,10 +30,20 @@ static const uint8_t *view_row(const kern_kv_view *v, bool is_v, int p) {
     return (is_v ? v->v_base : v->k_base) + (size_t)b * v->block_stride + (size_t)slot * v->row_bytes;
 }
 
+void kern_kv_view_assert(const kern_kv_view *kv, int Hkv, int D) {
+    CORE_ASSERT(kv->type == KT_F32 || kv->type == KT_F16 || kv->type == KT_Q8_0);
+    /* 0: a Q8_0 row (row-major) or head (head-major) that is not whole blocks */
+    const size_t rb = kv->head_stride ? kern_row_bytes(kv->type, D) : kern_row_bytes(kv->type, (int64_t)Hkv * D);
+    const size_t al = kv->type == KT_F32 ? 4 : 2; /* rows aligned to their element / block scale */
+    CORE_ASSERT(rb > 0 && kv->row_bytes >= rb);
+    CORE_ASSERT((uintptr_t)kv->k_base % al == 0 && (uintptr_t)kv->v_base % al == 0 && kv->block_stride % al == 0 &&
+                kv->row_bytes % al == 0 && kv->head_stride % al == 0);
+}
+
 void kern_kv_view_read(const kern_kv_view *view, bool is_v, int p, int hk, int D, float *dst) {
     CORE_ASSERT(p >= 0 && p < view->n_pos);
-    const uint8_t *row = view_row(view, is_v, p);
-    const int64_t e0 = (int64_t)hk * D; /* first element of the head in the row */
+    int64_t e0; /* first element of the head in the row */
+    const uint8_t *row = view_row(view, is_v, p) + kern_kv_head_offset(view, hk, D, &e0);
     switch (view->type) {
     case KT_F32:
         memcpy(dst, row + e0 * 4, (size_t)D * sizeof *dst);
@@ -138,11 +148,7 @@ void kern_attn_naive(core_pool *pool, void *scratch, const float *q, const kern_
                      const kern_attn_dims *d, float *sink_mass, int n_sink) {
     CORE_ASSERT(d->T >= 0 && d->H > 0 && d->Hkv > 0 && d->H % d->Hkv == 0 && d->D > 0 && d->q_pos0 >= 0);
     CORE_ASSERT(d->q_pos0 + d->T <= kv->n_pos && kv->block_size > 0);
-    const size_t rb = kern_row_bytes(kv->type, (int64_t)d->Hkv * d->D); /* 0: Q8_0 row not whole blocks */
-    const size_t al = kv->type == KT_F32 ? 4 : 2; /* rows aligned to their element / block scale */
-    CORE_ASSERT(rb > 0 && kv->row_bytes >= rb);
-    CORE_ASSERT((uintptr_t)kv->k_base % al == 0 && (uintptr_t)kv->v_base % al == 0 && kv->block_stride % al == 0 &&
-                kv->row_bytes % al == 0);
+    kern_kv_view_assert(kv, d->Hkv, d->D);
     if (d->T == 0) {
         if (sink_mass)
             for (int h = 0; h < d->H; h++) sink_mass[h] = 0.0f;

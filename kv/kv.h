@@ -11,7 +11,10 @@
  *               index in the cache when read, so no position exceeds
  *               n_sink + n_window.
  *
- * A row holds Hkv*D elements of the cache type (KT_F32, KT_F16 or KT_Q8_0).
+ * A row holds Hkv*D elements of the cache type (KT_F32, KT_F16 or KT_Q8_0):
+ * contiguous when head_stride == 0, else head hk's D elements are
+ * hk * head_stride bytes after head 0's (the paged pool's head-major
+ * blocks; see kv/paged.h).  kv_write_row writes either.
  * One forward chunk of T tokens does:
  *     kv_reserve(s, T)  ->  for each layer: kv_row(...) for cache indices
  *     n_pos .. n_pos+T-1, write K and V;  kv_view(s, layer, n_pos + T)
@@ -50,7 +53,8 @@ struct kv_store {
     const kv_store_ops *ops;
     int type;                /* row type */
     int n_layers, kv_dim;    /* kv_dim = Hkv * D elements per row */
-    size_t row_bytes;
+    size_t row_bytes;        /* a position's K (or V), all heads */
+    size_t head_stride;      /* 0: one row; else see above */
     int n_pos;               /* committed cache indices 0 .. n_pos-1 */
     int capacity;            /* most cache indices it can hold */
     int max_chunk;           /* most rows one reserve may ask for */
@@ -62,6 +66,15 @@ struct kv_store {
 static inline kvant_code kv_reserve(kv_store *s, int n, kvant_status *st) { return s->ops->reserve(s, n, st); }
 static inline void kv_row(kv_store *s, int layer, int pos, uint8_t **k, uint8_t **v) { s->ops->row(s, layer, pos, k, v); }
 static inline void kv_view(kv_store *s, int layer, int n_pos, kern_kv_view *out) { s->ops->view(s, layer, n_pos, out); }
+/* Converts Hkv*D floats (one position's K or V) to the cache type at dst,
+ * a pointer from kv_row. */
+static inline void kv_write_row(const kv_store *s, kern_from_float_fn to_row, const float *src, uint8_t *dst, int D) {
+    if (!s->head_stride) {
+        to_row(src, dst, s->kv_dim);
+        return;
+    }
+    for (int h = 0; h < s->kv_dim / D; h++) to_row(src + (size_t)h * D, dst + (size_t)h * s->head_stride, D);
+}
 static inline void kv_commit(kv_store *s, const int32_t *tokens, int n) { s->ops->commit(s, tokens, n); }
 static inline void kv_clear(kv_store *s) { s->ops->clear(s); }
 static inline void kv_free(kv_store *s) { if (s) s->ops->destroy(s); }

@@ -38,6 +38,9 @@ static kvant_code pool_size(kv_pool *p, const kv_pool_params *q, kvant_status *s
     p->max_ctx = q->max_ctx;
     p->max_blocks = (q->max_ctx + p->block_size - 1) / p->block_size;
     p->row_bytes = row;
+    const size_t hb = kern_row_bytes(q->type, q->head_dim); /* 0: a Q8_0 head splits a block */
+    p->head_bytes = q->row_major || hb == 0 ? 0 : hb;
+    p->head_stride = (size_t)p->block_size * p->head_bytes;
 
     uint64_t layer, stride;
     if (!core_mul_ok((uint64_t)row, 2 * (uint64_t)p->block_size, &layer) ||
@@ -216,19 +219,18 @@ int kv_seq_blocks_needed(const kv_pool *p, const kv_seq *s, int n_new) {
 }
 
 /* Copy-on-write of table entry i: the filled rows (0 .. len % B - 1) of
- * every layer move to a block of s's own; the old block keeps its other
- * readers. */
+ * every layer (of every head, when head-major) move to a block of s's own;
+ * the old block keeps its other readers. */
 static void cow_block(kv_pool *p, kv_seq *s, int i) {
     int32_t old = s->table[i], nb = block_alloc(p);
-    size_t rows = (size_t)(s->len - i * p->block_size) * p->row_bytes;
+    const size_t filled = (size_t)(s->len - i * p->block_size);
     const uint8_t *from = p->data + (size_t)old * p->block_stride;
     uint8_t *to = p->data + (size_t)nb * p->block_stride;
-    size_t half = (size_t)p->block_size * p->row_bytes;
-    for (int l = 0; l < p->n_layers; l++) {
-        size_t off = (size_t)l * p->layer_bytes;
-        memcpy(to + off, from + off, rows);               /* K rows */
-        memcpy(to + off + half, from + off + half, rows); /* V rows */
-    }
+    /* K (then V) of a layer: runs of `bytes` every `step` */
+    const size_t runs = p->head_bytes ? p->row_bytes / p->head_bytes : 1;
+    const size_t bytes = filled * (p->head_bytes ? p->head_bytes : p->row_bytes), step = p->head_stride;
+    for (size_t off = 0; off < (size_t)p->n_layers * p->layer_bytes; off += (size_t)p->block_size * p->row_bytes)
+        for (size_t r = 0; r < runs; r++) memcpy(to + off + r * step, from + off + r * step, bytes);
     s->table[i] = nb;
     kv_block_release(p, old);
     p->cow_copies++;
@@ -284,9 +286,10 @@ void kv_pool_view(const kv_pool *p, const kv_seq *s, int layer, kern_kv_view *ou
         .block_table = s->table,
         .block_size = p->block_size,
         .type = p->type,
-        .row_bytes = p->row_bytes,
+        .row_bytes = p->head_bytes ? p->head_bytes : p->row_bytes,
         .n_pos = s->len,
         .rope_k = NULL,
+        .head_stride = p->head_stride,
     };
 }
 
@@ -296,7 +299,7 @@ void kv_pool_row(const kv_pool *p, const kv_seq *s, int layer, int pos, uint8_t 
     int32_t b = s->table[pos / p->block_size];
     CORE_ASSERT(p->ref[b] == 1);
     uint8_t *k = p->data + (size_t)b * p->block_stride + (size_t)layer * p->layer_bytes +
-                 (size_t)(pos % p->block_size) * p->row_bytes;
+                 (size_t)(pos % p->block_size) * (p->head_bytes ? p->head_bytes : p->row_bytes);
     *k_row = k;
     *v_row = k + (size_t)p->block_size * p->row_bytes;
 }

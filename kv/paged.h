@@ -9,15 +9,25 @@
  * not per step, not per sequence: sequence slots, their block tables and token
  * arrays are preallocated for max_seqs sequences of up to max_ctx tokens).
  * Block b occupies [b * block_stride, (b + 1) * block_stride) and holds, for
- * each layer l in order, B K rows then B V rows:
+ * each layer l in order, the K of its B positions then their V:
  *
- *     block b:  | layer 0: K[B][row] V[B][row] | layer 1: K.. V.. | ... | pad |
+ *     block b:  | layer 0: K V | layer 1: K V | ... | pad |
  *
- * A row is Hkv*D elements of the cache type (KT_F32, KT_F16 or KT_Q8_0), i.e.
- * kern_row_bytes(type, Hkv*D) bytes.  block_stride = 2 * L * B * row_bytes
- * rounded up to 64 so every block starts on a cache line.  Layer l of the
- * pool is therefore an ordinary kern_kv_view (kernels/attn.h) with
- * k_base = data + l * 2 * B * row_bytes, v_base = k_base + B * row_bytes.
+ * A position's K (or V) is Hkv*D elements of the cache type (KT_F32, KT_F16
+ * or KT_Q8_0), row_bytes = kern_row_bytes(type, Hkv*D) bytes in all.  Inside
+ * a block's K (and V) the heads are either
+ *   head-major  K[Hkv][B][D]: each head's B rows together (the default when
+ *               a head is whole blocks of the type: F32, F16, Q8_0 with
+ *               D % 32 == 0).  Attention reads one head at a time, so this
+ *               is a run of B*D elements instead of D elements every Hkv*D
+ *               (about half the decode attention time with a cold cache);
+ *   row-major   K[B][Hkv*D] (kv_pool_params.row_major, or Q8_0 heads that
+ *               split a block).
+ * block_stride = 2 * L * B * row_bytes rounded up to 64 so every block
+ * starts on a cache line.  Layer l of the pool is therefore an ordinary
+ * kern_kv_view (kernels/attn.h) with k_base = data + l * 2 * B * row_bytes,
+ * v_base = k_base + B * row_bytes, and head_stride = B * D elements
+ * (head-major) or 0.
  *
  * Block states (every block is in exactly one):
  *   used    refcount > 0: in the tables of `refcount` sequences;
@@ -64,6 +74,7 @@ typedef struct {
     int max_ctx;           /* most tokens one sequence may hold */
     int max_seqs;          /* live sequences at once; 0: KV_MAX_SEQS_DEFAULT */
     bool prefix_cache;     /* automatic prefix caching of full blocks */
+    bool row_major;        /* a position's heads in one row (see Memory) */
 } kv_pool_params;
 
 typedef struct kv_pool kv_pool;
@@ -108,7 +119,9 @@ int64_t kv_pool_n_available(const kv_pool *p);
 void kv_pool_view(const kv_pool *p, const kv_seq *s, int layer, kern_kv_view *out);
 /* Where to write the K and V rows of position pos in layer `layer`:
  * len <= pos < kv_seq_capacity(s) (asserted), i.e. a slot a reserve made
- * room for; its block belongs to s alone (asserted). */
+ * room for; its block belongs to s alone (asserted).  With p->head_stride
+ * == 0 each is one row of Hkv*D elements; else they are head 0's D elements
+ * and head hk's lie hk * p->head_stride bytes further. */
 void kv_pool_row(const kv_pool *p, const kv_seq *s, int layer, int pos, uint8_t **k_row, uint8_t **v_row);
 
 /* For tests and debugging: block b's refcount and whether it is in the
@@ -194,6 +207,7 @@ struct kv_seq {
 struct kv_pool {
     int n_layers, block_size, type, max_ctx, max_blocks, max_seqs;
     size_t row_bytes, layer_bytes, block_stride;  /* layer_bytes = 2 * B * row_bytes */
+    size_t head_bytes, head_stride;  /* head-major: a head's D elements and B * head_bytes; row-major: 0, 0 */
     int32_t n_blocks;
     uint8_t *data;                 /* [n_blocks][block_stride] */
     int32_t *ref;                  /* [n_blocks] */

@@ -75,7 +75,7 @@ static kv_store *wrap(kv_pool *pool, kv_seq *seq, bool own_pool, kvant_status *s
     p->base = (kv_store){.ops = &k_paged_ops, .type = pool->type, .n_layers = pool->n_layers,
                          .kv_dim = (int)(pool->row_bytes / kern_type_get(pool->type)->type_size *
                                          (size_t)kern_type_get(pool->type)->block_size),
-                         .row_bytes = pool->row_bytes, .n_pos = kv_seq_len(seq), .capacity = pool->max_ctx,
+                         .row_bytes = pool->row_bytes, .head_stride = pool->head_stride, .n_pos = kv_seq_len(seq), .capacity = pool->max_ctx,
                          .max_chunk = pool->max_ctx};
     return &p->base;
 }

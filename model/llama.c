@@ -194,8 +194,8 @@ static void rows_do(const rows_job *j, int t0, int t1) {
             if (!kv->rope_on_read) kern_rope(w->k + (size_t)t * KVD, c->n_kv_heads, D, w->pos[t], j->rope);
             uint8_t *krow, *vrow;
             kv_row(kv, j->layer, w->pos[t], &krow, &vrow);
-            to_row(w->k + (size_t)t * KVD, krow, KVD);
-            to_row(w->v + (size_t)t * KVD, vrow, KVD);
+            kv_write_row(kv, to_row, w->k + (size_t)t * KVD, krow, D);
+            kv_write_row(kv, to_row, w->v + (size_t)t * KVD, vrow, D);
         }
         break;
     case ROWS_SWIGLU: {

@@ -31,11 +31,7 @@ static void drop_pages(const void *p, size_t n) {
 static kvant_code pack_one(model *m, model_mat *w, bool drop, kvant_status *st) {
     if (!w->data || w->packed || !kern_pack_fits(w->type, w->cols)) return KVANT_OK;
     const size_t bytes = kern_pack_bytes(w->type, w->rows, w->cols);
-    /* 2 MiB-aligned and advised as huge pages: decode streams the whole matrix,
-     * and 4 KiB pages cost a TLB miss every 4 KiB */
-    const size_t huge = (size_t)2 << 20;
-    void *dst = aligned_alloc(huge, (bytes + huge - 1) & ~(huge - 1));
-    if (dst) madvise(dst, (bytes + huge - 1) & ~(huge - 1), MADV_HUGEPAGE);
+    void *dst = core_alloc_huge(bytes); /* decode streams the whole matrix */
     void **list = realloc(m->packed, (size_t)(m->n_packed + 1) * sizeof *list);
     if (!dst || !list) {
         free(dst);

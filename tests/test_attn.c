@@ -30,8 +30,14 @@ static float frand(void) { return (float)((next_u64() >> 40) / 8388608.0 - 1.0);
 static void fill(float *x, size_t n) { for (size_t i = 0; i < n; i++) x[i] = frand(); }
 static void fill_nan(float *x, size_t n) { for (size_t i = 0; i < n; i++) x[i] = NAN; }
 
-enum { CONTIG, PAGED16, PAGED5 };
-static const char *layout_name[] = {"contiguous", "paged bs16", "paged bs5"};
+/* paged: row-major blocks ([bs][Hkv*D]); heads: head-major ([Hkv][bs][D]) */
+enum { CONTIG, PAGED16, PAGED5, HEADS16, HEADS5, N_LAYOUTS };
+static const char *layout_name[] = {"contiguous", "paged bs16", "paged bs5", "head-major bs16", "head-major bs5"};
+
+/* head-major needs a head of whole blocks (Q8_0: D % 32 == 0); else its row-major twin */
+static int valid_layout(int layout, int type, int D) {
+    return layout >= HEADS16 && kern_row_bytes(type, D) == 0 ? layout - HEADS16 + PAGED16 : layout;
+}
 
 typedef struct {
     kern_kv_view v;
@@ -46,9 +52,10 @@ typedef struct {
 static void cache_build(cache *c, int type, int layout, int Hkv, int D, int n_pos, const float *K, const float *V,
                         const kern_rope_params *rope) {
     memset(c, 0, sizeof *c);
-    const int E = Hkv * D, bs = layout == PAGED5 ? 5 : 16;
-    const size_t rb = kern_row_bytes(type, E);
+    const int E = Hkv * D, bs = layout == PAGED5 || layout == HEADS5 ? 5 : 16;
+    const size_t rb = kern_row_bytes(type, E), hb = layout >= HEADS16 ? kern_row_bytes(type, D) : 0;
     assert_true(rb > 0);
+    assert_true(layout < HEADS16 || hb > 0);
     const int nblk = (n_pos + bs - 1) / bs, pool_blocks = layout == CONTIG ? nblk + 1 : 2 * nblk + 1;
     const size_t stride = (size_t)bs * rb + 64;
     c->k = malloc((size_t)pool_blocks * stride);
@@ -69,12 +76,21 @@ static void cache_build(cache *c, int type, int layout, int Hkv, int D, int n_po
     const kern_type_traits *tt = kern_type_get(type);
     for (int p = 0; p < n_pos; p++) {
         const size_t b = c->table ? (size_t)c->table[p / bs] : (size_t)(p / bs);
-        const size_t off = b * stride + (size_t)(p % bs) * rb;
-        tt->from_float_ref(K + (size_t)p * E, c->k + off, E);
-        tt->from_float_ref(V + (size_t)p * E, c->vv + off, E);
+        if (hb) /* head h's rows: bs * hb bytes per head */
+            for (int h = 0; h < Hkv; h++) {
+                const size_t off = b * stride + (size_t)h * bs * hb + (size_t)(p % bs) * hb;
+                tt->from_float_ref(K + (size_t)p * E + (size_t)h * D, c->k + off, D);
+                tt->from_float_ref(V + (size_t)p * E + (size_t)h * D, c->vv + off, D);
+            }
+        else {
+            const size_t off = b * stride + (size_t)(p % bs) * rb;
+            tt->from_float_ref(K + (size_t)p * E, c->k + off, E);
+            tt->from_float_ref(V + (size_t)p * E, c->vv + off, E);
+        }
     }
     if (rope) c->rope = *rope;
-    c->v = (kern_kv_view){c->k, c->vv, stride, c->table, bs, type, rb, n_pos, rope ? &c->rope : NULL};
+    c->v = (kern_kv_view){c->k, c->vv, stride, c->table, bs, type, hb ? hb : rb, n_pos, rope ? &c->rope : NULL,
+                          (size_t)bs * hb};
 }
 
 static void cache_free(cache *c) { free(c->k); free(c->vv); free(c->table); }
@@ -164,8 +180,10 @@ static void test_flash_vs_naive_sweep(void **state) {
             for (int h = 0; h < 3; h++)
                 for (int e = 0; e < 3; e++) {
                     attn_case k = {Ts[a], pos0s[b], 8, hkvs[h], Ds[e], tiles[next_u64() % 4], types[next_u64() % 3],
-                                   (int)(next_u64() % 3), (int)(next_u64() % 3), next_u64() % 2, next_u64() % 2};
+                                   (int)(next_u64() % N_LAYOUTS), (int)(next_u64() % 3), next_u64() % 2,
+                                   next_u64() % 2};
                     k.type = valid_type(k.type, k.Hkv, k.D);
+                    k.layout = valid_layout(k.layout, k.type, k.D);
                     check_case(&k);
                     n++;
                 }
@@ -177,14 +195,14 @@ static void test_flash_vs_naive_views(void **state) {
     (void)state;
     static const int types[] = {KT_F32, KT_F16, KT_Q8_0}, tiles[] = {7, 64, 16};
     for (int ty = 0; ty < 3; ty++)
-        for (int lay = 0; lay < 3; lay++)
+        for (int lay = 0; lay < N_LAYOUTS; lay++)
             for (int rope = 0; rope < 2; rope++)
                 for (int ti = 0; ti < 3; ti++) {
                     const attn_case k = {20, 37, 8, 2, 64, tiles[ti], types[ty], lay, 2, rope, ti == 1};
                     check_case(&k);
                 }
     /* decode shapes: T = 1 at a long position, MHA and MQA, D = 128 */
-    for (int lay = 0; lay < 3; lay++) {
+    for (int lay = 0; lay < N_LAYOUTS; lay++) {
         const attn_case k1 = {1, 300, 8, 8, 128, 0, KT_F16, lay, 0, lay == 1, false};
         const attn_case k2 = {1, 300, 8, 1, 128, 64, KT_Q8_0, lay, 1, false, false};
         check_case(&k1);
@@ -235,7 +253,7 @@ static void test_naive_vs_attention_ref(void **state) {
         kern_attention_ref(q, K, V, ref, &as);
         /* the same float arrays seen as one contiguous block */
         const kern_kv_view v = {(const uint8_t *)K, (const uint8_t *)V, (size_t)P * E * 4, NULL, P, KT_F32,
-                                (size_t)E * 4, P, NULL};
+                                (size_t)E * 4, P, NULL, 0};
         const kern_attn_dims d = {T, H, Hkv, D, pos0, 0};
         run_naive(3, q, &v, o, &d, NULL, 0);
         char what[128];
@@ -381,7 +399,8 @@ static void check_view_read(int Hkv, int D) {
     fill(K, (size_t)n_pos * E); fill(V, (size_t)n_pos * E);
     static const int types[] = {KT_F32, KT_F16, KT_Q8_0};
     for (int ty = 0; ty < 3; ty++)
-        for (int lay = 0; lay < 3; lay++) {
+        for (int lay = 0; lay < N_LAYOUTS; lay++) {
+            if (valid_layout(lay, types[ty], D) != lay) continue; /* a Q8_0 head inside a block: no head-major */
             const kern_type_traits *tt = kern_type_get(types[ty]);
             cache c;
             cache_build(&c, types[ty], lay, Hkv, D, n_pos, K, V, NULL);
@@ -447,7 +466,7 @@ static void test_flash_f16_in_place(void **state) {
     kern_tier tl[2];
     const int nt = tiers(tl);
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
-        for (int layout = CONTIG; layout <= PAGED5; layout++) {
+        for (int layout = CONTIG; layout < N_LAYOUTS; layout++) {
             const int T = shapes[si][0], H = shapes[si][1], Hkv = shapes[si][2], D = shapes[si][3], P = shapes[si][4];
             const int n_pos = P + T, E = Hkv * D;
             const size_t nq = (size_t)T * H * D;

@@ -16,9 +16,15 @@
 
 #define MAXT 1024
 
+static bool g_row_major; /* pools made with row-major blocks (default: head-major) */
+
+/* kv_dim split in heads of 4 elements (32 for Q8_0, so heads are whole blocks) */
 static kv_pool *mkpool(int type, int L, int kv_dim, int B, int64_t nb, int max_ctx, int max_seqs, bool prefix) {
-    kv_pool_params q = {.n_layers = L, .n_kv_heads = 1, .head_dim = kv_dim, .type = type, .block_size = B,
-                        .n_blocks = nb, .max_ctx = max_ctx, .max_seqs = max_seqs, .prefix_cache = prefix};
+    const int D = type == KT_Q8_0 ? 32 : 4;
+    assert_true(kv_dim % D == 0);
+    kv_pool_params q = {.n_layers = L, .n_kv_heads = kv_dim / D, .head_dim = D, .type = type, .block_size = B,
+                        .n_blocks = nb, .max_ctx = max_ctx, .max_seqs = max_seqs, .prefix_cache = prefix,
+                        .row_major = g_row_major};
     kvant_status st;
     kv_pool *p = kv_pool_new(&q, &st);
     if (!p) fail_msg("kv_pool_new: %s", st.msg);
@@ -66,9 +72,14 @@ static uint8_t pat(uint32_t stamp, int layer, int kv, size_t j) {
     return (uint8_t)x;
 }
 
-static bool row_is(const uint8_t *row, size_t n, uint32_t stamp, int layer, int kv) {
+/* Byte j of a position's K or V (all heads in order; n bytes) when its
+ * head 0 is at row: heads of hb bytes every hs bytes (head-major), or one
+ * run (hs == 0). */
+static size_t at(size_t j, size_t hb, size_t hs) { return hs ? j / hb * hs + j % hb : j; }
+
+static bool row_is(const uint8_t *row, size_t n, size_t hb, size_t hs, uint32_t stamp, int layer, int kv) {
     for (size_t j = 0; j < n; j++)
-        if (row[j] != pat(stamp, layer, kv, j)) return false;
+        if (row[at(j, hb, hs)] != pat(stamp, layer, kv, j)) return false;
     return true;
 }
 
@@ -86,8 +97,8 @@ static void write_new(kv_pool *p, kv_seq *s, const int32_t *tok, int n) {
             uint8_t *k, *v;
             kv_pool_row(p, s, l, pos, &k, &v);
             for (size_t j = 0; j < p->row_bytes; j++) {
-                k[j] = pat(st[pos], l, 0, j);
-                v[j] = pat(st[pos], l, 1, j);
+                k[at(j, p->head_bytes, p->head_stride)] = pat(st[pos], l, 0, j);
+                v[at(j, p->head_bytes, p->head_stride)] = pat(st[pos], l, 1, j);
             }
         }
 }
@@ -118,8 +129,8 @@ static void check_rows_n(kv_pool *p, kv_seq *s, const int32_t *tok, int n_pos) {
         kv_pool_view(p, s, l, &v);
         assert_int_equal(v.n_pos, kv_seq_len(s));
         for (int pos = 0; pos < n_pos; pos++)
-            if (!row_is(view_row(&v, pos, 0), v.row_bytes, st[pos], l, 0) ||
-                !row_is(view_row(&v, pos, 1), v.row_bytes, st[pos], l, 1))
+            if (!row_is(view_row(&v, pos, 0), p->row_bytes, v.row_bytes, v.head_stride, st[pos], l, 0) ||
+                !row_is(view_row(&v, pos, 1), p->row_bytes, v.row_bytes, v.head_stride, st[pos], l, 1))
                 fail_msg("layer %d position %d: wrong row", l, pos);
     }
 }
@@ -159,12 +170,30 @@ static void test_sizing(void **state) {
     kv_seq *a = new_seq(p);
     kv_pool_view(p, a, 0, &v0);
     kv_pool_view(p, a, 1, &v1);
-    assert_int_equal(v0.row_bytes, 128);
+    assert_int_equal(v0.row_bytes, 64); /* head-major: a row is one head's 16 floats */
+    assert_int_equal(v0.head_stride, 16 * 64);
     assert_int_equal(v0.block_stride, 8192);
     assert_int_equal(v0.v_base - v0.k_base, 16 * 128);
     assert_int_equal(v1.k_base - v0.k_base, 2 * 16 * 128);
     assert_int_equal(v0.type, KT_F32);
     assert_int_equal(v0.n_pos, 0);
+    kv_pool_free(p);
+    q.row_major = true; /* the same sizes; a row is both heads */
+    p = kv_pool_new(&q, &st);
+    assert_non_null(p);
+    assert_int_equal(stats(p).bytes_per_block, 8192);
+    kv_pool_view(p, new_seq(p), 0, &v0);
+    assert_int_equal(v0.row_bytes, 128);
+    assert_int_equal(v0.head_stride, 0);
+    assert_int_equal(v0.v_base - v0.k_base, 16 * 128);
+    kv_pool_free(p);
+    /* Q8_0 heads of 16 split a block of 32: row-major whatever is asked */
+    q = (kv_pool_params){.n_layers = 1, .n_kv_heads = 2, .head_dim = 16, .type = KT_Q8_0, .max_ctx = 64, .n_blocks = 2};
+    p = kv_pool_new(&q, &st);
+    assert_non_null(p);
+    kv_pool_view(p, new_seq(p), 0, &v0);
+    assert_int_equal(v0.row_bytes, 34);
+    assert_int_equal(v0.head_stride, 0);
     kv_pool_free(p);
 
     /* Q8_0, 1 layer, 32 elements = 34 B/row, B 8: 544 B -> 576 (64-aligned) */
@@ -795,11 +824,24 @@ static void test_stress(void **state) {
     kv_pool_free(p);
 }
 
+/* the same over row-major blocks */
+static void test_view_row_major(void **state) {
+    g_row_major = true;
+    test_view(state);
+    g_row_major = false;
+}
+static void test_stress_row_major(void **state) {
+    g_row_major = true;
+    test_stress(state);
+    g_row_major = false;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizing),      cmocka_unit_test(test_accounting), cmocka_unit_test(test_fork_cow),
         cmocka_unit_test(test_prefix_match), cmocka_unit_test(test_lru),        cmocka_unit_test(test_full),
         cmocka_unit_test(test_view),        cmocka_unit_test(test_stress),
+        cmocka_unit_test(test_view_row_major), cmocka_unit_test(test_stress_row_major),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
