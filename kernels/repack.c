@@ -461,8 +461,9 @@ static void prep_acts(core_pool *pool, const pack_desc *D, const kern_from_float
     else prep_rows(&p, 0, T);
 }
 
+/* ref: one thread, the plain-C tile (or `tile` when not NULL), the _ref quantizers */
 static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out *out, int n_out, const float *x, int T,
-                int64_t K, bool ref) {
+                int64_t K, bool ref, kern_pack_tile_fn tile) {
     const pack_desc *D = desc_of(wtype);
     CORE_ASSERT(D && K % D->qk == 0 && T >= 1 && n_out >= 1 && n_out <= KERN_PACK_MAX_OUT);
     const size_t nbT = (size_t)T * (size_t)(K / D->qk);
@@ -475,8 +476,10 @@ static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out
         j.g_end[i] = (i ? j.g_end[i - 1] : 0) + n_groups(out[i].N);
         work += (double)out[i].N * (double)K * T;
     }
+    j.tile = tile;
 #if PACK_X86
-    if (!ref && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
+    if (!ref && kern_active_tier() >= KERN_TIER_AVX512) j.tile = kern_pack_tile_avx512(wtype);
+    if (!ref && !j.tile && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
 #endif
     /* the quantizers give the _ref bytes at every tier: Q8_0's and Q8_1's
      * (tests/test_tiers.c), Q8_K's AVX2 one here (tests/test_repack.c) */
@@ -500,7 +503,7 @@ void kern_matmul_packed_n(core_pool *pool, void *scratch, int wtype, const kern_
                           const float *x, int T, int64_t K) {
     if (wtype == KT_F16) /* F16 rounds the activations in its own prep; one call each */
         for (int i = 0; i < n_out; i++) kern_matmul_packed_f16(pool, scratch, out[i].P, x, out[i].y, T, out[i].N, K);
-    else run(pool, scratch, wtype, out, n_out, x, T, K, false);
+    else run(pool, scratch, wtype, out, n_out, x, T, K, false, NULL);
 }
 
 void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, int T, int64_t N, int64_t K) {
@@ -511,6 +514,16 @@ void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, 
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     CORE_ASSERT(scratch);
     const kern_packed_out o = {P, N, y};
-    run(NULL, scratch, wtype, &o, 1, x, T, K, true);
+    run(NULL, scratch, wtype, &o, 1, x, T, K, true, NULL);
+    free(scratch);
+}
+
+void kern_matmul_packed_tile(kern_pack_tile_fn tile, const void *P, int wtype, const float *x, float *y, int T,
+                             int64_t N, int64_t K) {
+    CORE_ASSERT(tile && wtype != KT_F16);
+    void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
+    CORE_ASSERT(scratch);
+    const kern_packed_out o = {P, N, y};
+    run(NULL, scratch, wtype, &o, 1, x, T, K, true, tile);
     free(scratch);
 }

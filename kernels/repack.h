@@ -147,6 +147,14 @@ typedef void (*kern_pack_tile_fn)(int64_t nb, int C, float *y, size_t ldy, const
                                   size_t ba, const float *ad, const int32_t *as, size_t bn);
 /* the AVX2 tile of wtype (kernels/repack_avx2.c), NULL if none */
 kern_pack_tile_fn kern_pack_tile_avx2(int wtype);
+/* the AVX-512 VNNI tile of wtype (kernels/repack_avx512.c), NULL if none
+ * (the AVX2 tile serves that type at the avx512 tier) */
+kern_pack_tile_fn kern_pack_tile_avx512(int wtype);
+/* For tests: kern_matmul_packed_ref's driver (one thread) with this tile
+ * instead of the plain-C one, e.g. an AVX-512 tile compiled for emulation
+ * (tests/repack_avx512_emulated.c). */
+void kern_matmul_packed_tile(kern_pack_tile_fn tile, const void *P, int wtype, const float *x, float *y, int T,
+                             int64_t N, int64_t K);
 /* kern_quant_q8_k_ref in AVX2, the same bytes for finite x (tests/test_repack.c) */
 void kern_pack_quant_q8_k_avx2(const float *x, void *y, int64_t n);
 

@@ -9,7 +9,10 @@
  *     on a few outputs;
  *  4. the AVX2 Q8_K activation quantizer gives the _ref bytes;
  *  5. kern_matmul_packed vs kern_matmul_ref (dequantized weights, float
- *     activations): the bound of the activation rounding and summation. */
+ *     activations): the bound of the activation rounding and summation;
+ *  6. the AVX-512 VNNI tile, compiled for AVX2 with vpdpbusd emulated
+ *     (tests/repack_avx512_emulated.c), is bit-identical to the packed ref
+ *     (on an AVX-512 CPU, 2. also runs the real one at the avx512 tier). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -459,6 +462,51 @@ static void test_quant_q8_k(void **state) {
 #endif
 }
 
+#if defined(__x86_64__) || defined(_M_X64)
+kern_pack_tile_fn kern_pack_tile_avx512_emulated(int wtype);
+#endif
+
+static void test_tile_avx512_emulated(void **state) {
+    (void)state;
+#if defined(__x86_64__) || defined(_M_X64)
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c")) skip();
+    enum { TMAX = 9 };
+    const int64_t N = 21; /* two full groups and a partial one */
+    int n_tiles = 0;
+    for (int ti = 0; ti < NTYPES; ti++) {
+        const int t = TYPES[ti];
+        if (t == KT_F16) continue;
+        const kern_pack_tile_fn tile = kern_pack_tile_avx512_emulated(t);
+        if (!tile) { /* the 16-element-sub-block K-quants keep the AVX2 tile */
+            assert_true(t == KT_Q2_K || t == KT_Q3_K || t == KT_Q6_K);
+            continue;
+        }
+        n_tiles++;
+        for (int ki = 0; ki < 3; ki++) {
+            const int64_t K = is_k(t) ? 256 * (ki + 1) : (int64_t[]){32, 160, 512}[ki];
+            uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
+            kern_pack(W, t, N, K, P, 0, (N + 7) / 8);
+            float *x = malloc(sizeof(float) * TMAX * K), *yr = malloc(sizeof(float) * TMAX * N),
+                  *y = malloc(sizeof(float) * TMAX * N);
+            const bool flat = ki == 2; /* every activation q at +-127: the integer sums at their bounds */
+            for (int i = 0; i < TMAX * K; i++) x[i] = flat ? (frand() < 0 ? -3.0f : 3.0f) : frand() * 3.0f;
+            for (int T = 1; T <= TMAX; T++) {
+                kern_matmul_packed_ref(P, t, x, yr, T, N, K);
+                memset(y, 0xff, sizeof(float) * TMAX * N);
+                kern_matmul_packed_tile(tile, P, t, x, y, T, N, K);
+                if (memcmp(y, yr, sizeof(float) * (size_t)T * (size_t)N))
+                    fail_msg("%s emulated AVX-512 tile T=%d K=%d: not bit-identical to the packed ref",
+                             kern_type_name(t), T, (int)K);
+            }
+            free(W); free(P); free(x); free(yr); free(y);
+        }
+    }
+    assert_int_equal(n_tiles, 7); /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K */
+#else
+    skip();
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),
@@ -467,6 +515,7 @@ int main(void) {
         cmocka_unit_test(test_vs_matmul_ref),
         cmocka_unit_test(test_packed_n),
         cmocka_unit_test(test_decode_many_groups),
+        cmocka_unit_test(test_tile_avx512_emulated),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,219 @@
+/* repack_avx512.c - the AVX-512 VNNI tile of the packed 8-row groups
+ * (kernels/repack.h): the layouts and the integer arithmetic of
+ * repack_avx2.c, with vpdpbusd (AVX512_VNNI + VL, on 256-bit registers).
+ *
+ * vpdpbusd adds the four u8 x s8 products of each 32-bit lane to an int32
+ * accumulator, exactly and without saturation, so one instruction does what
+ * AVX2 spends vpmaddubsw + vpmaddwd + vpaddd on (and the int16 partial sums,
+ * with their bounds, disappear).  Every partial sum is an exact integer as
+ * in the AVX2 tile, so every output is bit-identical to
+ * kern_matmul_packed_ref (and to the AVX2 tile):
+ *   Q8_0: |w| times y with w's sign (activations in [-127, 127]);
+ *   Q4_0, Q4_1, Q5_0, Q5_1: nibbles q (0..15, or 0..31 with the fifth bit)
+ *         times y directly (q is unsigned), then the offset / min terms of
+ *         the AVX2 tile;
+ *   Q4_K, Q5_K: per 32-element sub-block the exact dot in int32, times the
+ *         sub-block's scale (vpmulld), and the mins as in the AVX2 tile.
+ * The 16-element-sub-block K-quants (Q2_K, Q3_K, Q6_K) keep the AVX2 tile
+ * (kern_pack_tile_avx512 returns NULL for them; repack.c falls back).
+ *
+ * Compiled with the AVX-512 flags on x86-64.  tests/repack_avx512_emulated.c
+ * compiles this file again with AVX2 only and KVANT_VNNI_EMULATED, which
+ * replaces vpdpbusd by an exact AVX2 sequence and renames the entry point,
+ * so the tile's logic is tested on CPUs without AVX-512 too. */
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/quants.h"
+#include "kernels/repack.h"
+
+#define AI static inline __attribute__((always_inline))
+
+#ifdef KVANT_VNNI_EMULATED
+/* vpdpbusd in AVX2: bytes 0, 2 and 1, 3 of each 16-bit half widened to
+ * int16 (u zero-extended, s sign-extended), two vpmaddwd (each |pair| <=
+ * 2 * 255 * 128), added: the same exact int32 */
+AI __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
+    const __m256i lo8 = _mm256_set1_epi16(0x00ff);
+    const __m256i u0 = _mm256_and_si256(u, lo8), u1 = _mm256_srli_epi16(u, 8);
+    const __m256i s0 = _mm256_srai_epi16(_mm256_slli_epi16(s, 8), 8), s1 = _mm256_srai_epi16(s, 8);
+    return _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(u0, s0), _mm256_madd_epi16(u1, s1)));
+}
+#define kern_pack_tile_avx512 kern_pack_tile_avx512_emulated
+#else
+AI __m256i dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
+#endif
+
+AI __m256i bcast4(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* decode streams the weights once: prefetch ahead as the AVX2 tile does */
+#define PF_DIST 2048
+AI void prefetch_block(const uint8_t *w, size_t xb, const int C) {
+    if (C != 1) return;
+    for (size_t off = 0; off < xb; off += 64) _mm_prefetch((const char *)(w + PF_DIST + off), _MM_HINT_T0);
+}
+
+/* activation row c's qs of Q8_0 block b */
+#define AQS(c, b) (a + (size_t)(c) * ba + (size_t)(b) * sizeof(block_q8_0) + offsetof(block_q8_0, qs))
+
+AI void tile_q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
+                const float *ad, size_t bn) {
+    __m256 acc[4];
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, w += 272) {
+        prefetch_block(w, 272, C);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+        __m256i s[4];
+        for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * j));
+            const __m256i u = _mm256_sign_epi8(q, q); /* |q|, exact as unsigned even for -128 */
+            for (int c = 0; c < C; c++) s[c] = dpbusd(s[c], u, _mm256_sign_epi8(bcast4(AQS(c, b) + 4 * j), q));
+        }
+        for (int c = 0; c < C; c++) {
+            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), d, acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
+}
+
+/* Q4_0, Q4_1, Q5_0, Q5_1 (kind): the AVX2 tile's nibble and fifth-bit
+ * decoding (repack_avx2.c tile_legacy), dots in int32 */
+enum { L_Q4_0, L_Q4_1, L_Q5_0, L_Q5_1 };
+AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
+                    const float *ad, const int32_t *as, size_t bn, const int kind) {
+    __m256 acc[4];
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
+    const bool min = kind == L_Q4_1 || kind == L_Q5_1, five = kind == L_Q5_0 || kind == L_Q5_1;
+    const int off = kind == L_Q4_0 ? 8 : 16; /* Q4_0, Q5_0 */
+    const size_t xb = kind == L_Q4_0 ? 144 : kind == L_Q4_1 ? 160 : kind == L_Q5_0 ? 176 : 192;
+    const size_t qso = kind == L_Q4_0 ? 16 : kind == L_Q4_1 ? 32 : kind == L_Q5_0 ? 48 : 64;
+    const size_t qho = kind == L_Q5_0 ? 16 : 32;
+    const size_t abs_ = min ? sizeof(block_q8_1) : sizeof(block_q8_0), aqo = min ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    for (int64_t b = 0; b < nb; b++, w += xb) {
+        prefetch_block(w, xb, C);
+        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + qho)) : _mm256_setzero_si256();
+        __m256i s[4];
+        for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * j));
+            __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            if (five) {
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi32(qh, 4 - j), m10));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi32(qh, j), m10));
+            }
+            for (int c = 0; c < C; c++) {
+                const uint8_t *aq = a + (size_t)c * ba + (size_t)b * abs_ + aqo;
+                s[c] = dpbusd(dpbusd(s[c], lo, bcast4(aq + 4 * j)), hi, bcast4(aq + 16 + 4 * j));
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+        const __m256 mw = min ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))) : _mm256_setzero_ps();
+        for (int c = 0; c < C; c++) {
+            const size_t k = (size_t)c * bn + (size_t)b;
+            __m256i i32 = s[c];
+            if (!min) i32 = _mm256_sub_epi32(i32, _mm256_set1_epi32(off * as[k]));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(ad[k])), acc[c]);
+            if (min) {
+                float sa;
+                memcpy(&sa, &as[k], 4);
+                acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(sa), acc[c]);
+            }
+        }
+    }
+    for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
+}
+
+/* activation row c's Q8_K block b */
+#define AK(c, b) ((const block_q8_K *)(a + (size_t)(c) * ba) + (b))
+
+/* Q4_K, and Q5_K (q5: the fifth bit from the qh chunks, q in 0..31); the
+ * packed layout of repack.h, the decoding of repack_avx2.c tile_q45k */
+AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
+                  const float *ad, const int32_t *as, size_t bn, const bool q5) {
+    __m256 acc[4];
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const __m256 neg = _mm256_set1_ps(-0.0f);
+    const size_t qso = q5 ? 416 : 160, xb = q5 ? 1440 : 1184;
+    for (int64_t b = 0; b < nb; b++, w += xb) {
+        prefetch_block(w, xb, C);
+        __m256i is[4];
+        for (int c = 0; c < C; c++) is[c] = _mm256_setzero_si256();
+        for (int sb = 0; sb < 8; sb++) { /* sub-block: the low (even) or high (odd) nibbles of qs bytes 32(sb/2) .. +31 */
+            /* the 8 rows' scales of this sub-block, one per lane (0..63) */
+            const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + 32 + 8 * sb)));
+            __m256i s[4];
+            for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
+            for (int j = 0; j < 8; j++) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * (8 * (sb / 2) + j)));
+                __m256i q = _mm256_and_si256(sb & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+                if (q5) { /* bit sb of qh byte l is element 32 sb + l's fifth bit */
+                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 160 + 32 * j));
+                    q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, sb), one), 4));
+                }
+                for (int c = 0; c < C; c++) s[c] = dpbusd(s[c], q, bcast4((const uint8_t *)AK(c, b)->qs + 32 * sb + 4 * j));
+            }
+            /* |s| <= 32 * 31 * 128, times sc <= 63: exact int32 */
+            for (int c = 0; c < C; c++) is[c] = _mm256_add_epi32(is[c], _mm256_mullo_epi32(s[c], sc));
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
+        __m256i mins[4];
+        for (int p = 0; p < 4; p++) mins[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w + 96 + 16 * p)));
+        for (int c = 0; c < C; c++) {
+            const size_t k = (size_t)c * bn + (size_t)b;
+            __m256i ms = _mm256_setzero_si256();
+            for (int p = 0; p < 4; p++) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mins[p], _mm256_set1_epi32(as[4 * k + (size_t)p])));
+            const __m256 da = _mm256_set1_ps(ad[k]);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]), _mm256_mul_ps(dw, da), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_xor_ps(_mm256_mul_ps(dm, da), neg), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
+}
+
+/* The kern_pack_tile_fn of a type: C (1..4) becomes a compile-time constant
+ * CC inside CALL, so each width gets its own register-allocated copy. */
+#define PACK_ENTRY(name, CALL)                                                                                  \
+    static void name(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,   \
+                     const float *ad, const int32_t *as, size_t bn) {                                           \
+        (void)as;                                                                                               \
+        switch (C) {                                                                                            \
+        case 1: { enum { CC = 1 }; CALL; } break;                                                               \
+        case 2: { enum { CC = 2 }; CALL; } break;                                                               \
+        case 3: { enum { CC = 3 }; CALL; } break;                                                               \
+        default: { enum { CC = 4 }; CALL; } break;                                                              \
+        }                                                                                                       \
+    }
+
+PACK_ENTRY(tile_q8_0, tile_q8(nb, CC, y, ldy, w, a, ba, ad, bn))
+PACK_ENTRY(tile_q4_0, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q4_0))
+PACK_ENTRY(tile_q4_1, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q4_1))
+PACK_ENTRY(tile_q5_0, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q5_0))
+PACK_ENTRY(tile_q5_1, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q5_1))
+PACK_ENTRY(tile_q4_k, tile_q45k(nb, CC, y, ldy, w, a, ba, ad, as, bn, false))
+PACK_ENTRY(tile_q5_k, tile_q45k(nb, CC, y, ldy, w, a, ba, ad, as, bn, true))
+
+kern_pack_tile_fn kern_pack_tile_avx512(int wtype) {
+    switch (wtype) {
+    case KT_Q8_0: return tile_q8_0;
+    case KT_Q4_0: return tile_q4_0;
+    case KT_Q4_1: return tile_q4_1;
+    case KT_Q5_0: return tile_q5_0;
+    case KT_Q5_1: return tile_q5_1;
+    case KT_Q4_K: return tile_q4_k;
+    case KT_Q5_K: return tile_q5_k;
+    default: return NULL; /* Q2_K, Q3_K, Q6_K: the AVX2 tile */
+    }
+}
+#else
+typedef int repack_avx512_unused; /* not an x86-64 build: nothing here */
+#endif
