@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "kernels/kernels.h"
+#include "kernels/tiers.h"
 
 float kern_dot_f32(const float *a, const float *b, int64_t n) {
     float acc[8] = {0};
@@ -64,7 +65,14 @@ void kern_swiglu_ref(float *h, const float *g, const float *u, int64_t K) {
     }
 }
 
+/* AVX2: the same formula with a vector expf (kernels/ops_avx2.c); here libm's */
 void kern_swiglu(float *h, const float *g, const float *u, int64_t K) {
+#if defined(__x86_64__) || defined(_M_X64)
+    if (kern_active_tier() >= KERN_TIER_AVX2) {
+        kern_swiglu_avx2(h, g, u, K);
+        return;
+    }
+#endif
     for (int64_t i = 0; i < K; i++) h[i] = g[i] * u[i] / (1.0f + expf(-g[i]));
 }
 

@@ -19,6 +19,8 @@ void kern_tier_avx2_install(kern_type_ops *ops);   /* needs AVX2, FMA, F16C */
 /* needs AVX-512 F/BW/VL/DQ/VNNI (and AVX2, FMA, F16C); the BF16 dot uses
  * vdpbf16ps only when has_bf16 (AVX512_BF16), otherwise keeps the lower tier's */
 void kern_tier_avx512_install(kern_type_ops *ops, bool has_bf16);
+/* element-wise ops (kernels/ops_avx2.c); kernels/ops.c calls them at the avx2 tier and above */
+void kern_swiglu_avx2(float *h, const float *g, const float *u, int64_t K);
 /* the 2:4 sparse types' AVX2 kernels (kernels/sparse24_avx2.c), into their two entries */
 void kern_sparse24_avx2_install(kern_type_ops *s24_f16, kern_type_ops *s24_q8, kern_type_ops *s24_a8);
 

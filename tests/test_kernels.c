@@ -231,6 +231,26 @@ static void test_elementwise(void **state) {
     kern_swiglu(a, x, u, K);
     kern_swiglu_ref(b, x, u, K);
     for (int i = 0; i < K; i++) assert_float_equal(a[i], b[i], 1e-6f * fabsf(b[i]) + 1e-7f);
+    /* every tier, gates over libm expf's whole range (and past it), K with a tail */
+    {
+        enum { KS = 1003 };
+        static float g[KS], uu[KS], hf[KS], hr[KS];
+        for (int i = 0; i < KS; i++) {
+            g[i] = (float)(i - KS / 2) * 0.2f; /* -100.2 .. 100.2 */
+            uu[i] = 1.0f + (float)(i % 7) * 0.25f;
+        }
+        g[0] = -1e30f; g[1] = 1e30f; g[2] = 0.0f;
+        kern_swiglu_ref(hr, g, uu, KS);
+        const kern_tier best = kern_best_tier();
+        for (int t = KERN_TIER_REF; t <= (int)best; t++) {
+            assert_true(kern_set_tier((kern_tier)t));
+            kern_swiglu(hf, g, uu, KS);
+            for (int i = 0; i < KS; i++)
+                if (!(fabsf(hf[i] - hr[i]) <= 2e-6f * fabsf(hr[i]) + 1e-30f))
+                    fail_msg("swiglu tier %s g=%g: %.9g vs ref %.9g", kern_tier_name((kern_tier)t), g[i], hf[i], hr[i]);
+        }
+        kern_set_tier(best);
+    }
 }
 
 /* RoPE: fast (frequencies cached per call) vs ref, both orderings, partial
