@@ -617,16 +617,26 @@ void sched_finish(sched *s, kvant_code rc, double step_ms) {
          * prompt chunk may add half a decode step (the prompt still moves) */
         const double target = s->p.target_step_ms > 1.5 * s->decode_ms ? s->p.target_step_ms : 1.5 * s->decode_ms;
         if (s->p.target_step_ms > 0 && s->budgeted && prefill > 0 && step_ms > 0 &&
-            (prefill >= s->chunk_budget || step_ms > target)) {
-            double f = target / step_ms;
-            f = f > 2 ? 2 : f < 0.5 ? 0.5 : f;
-            int nb = (int)(s->chunk_budget * f);
-            nb = nb < 16 ? 16 : nb > s->p.max_batch_tokens ? s->p.max_batch_tokens : nb;
-            s->chunk_budget = nb;
-        }
+            (prefill >= s->chunk_budget || step_ms > target))
+            s->chunk_budget = sched_next_chunk_budget(s->chunk_budget, prefill, step_ms, s->decode_ms, target,
+                                                      s->p.max_batch_tokens);
     }
     s->n_seg = s->batch_T = 0;
     refresh_pool_stats(s);
+}
+
+int sched_next_chunk_budget(int budget, int prefill, double step_ms, double decode_ms, double target,
+                            int max_tokens) {
+    /* step = d + c * prompt tokens: d the decoders' part (their smoothed
+     * decode-only step, when known and below this step), c this step's cost
+     * per prompt token */
+    const double d = decode_ms > 0 && decode_ms < step_ms ? decode_ms : 0;
+    const double c = (step_ms - d) / prefill;
+    double want = (SCHED_AIM * target - d) / c;
+    if (want > 2.0 * budget) want = 2.0 * budget;
+    if (want < 0.5 * budget) want = 0.5 * budget;
+    int nb = (int)want;
+    return nb < 16 ? 16 : nb > max_tokens ? max_tokens : nb;
 }
 
 static void refresh_pool_stats(sched *s) {

@@ -17,10 +17,12 @@
  * Token budget: decode tokens + prompt tokens <= max_batch_tokens, and,
  * when the step has decode tokens (whose inter-token gap a long prompt
  * would stretch), prompt tokens <= chunk_budget, which is max_batch_tokens, or, with
- * target_step_ms > 0, adapted after every step that prefilled: budget *=
- * target / measured step time (at most x2 or /2 per step), so a step stays
- * near the target whatever the decoders cost.  (With step = a + b * chunk
- * the fixed point is exactly a + b * chunk = target.)  When decode-only
+ * target_step_ms > 0, adapted after every step that prefilled
+ * (sched_next_chunk_budget): step time = d + c * prompt tokens, with d the
+ * decoders' own step (smoothed decode-only steps) and c measured on the
+ * step just run; the next budget aims at SCHED_AIM x target (a long
+ * prompt's later chunks attend over more positions, and step times are
+ * noisy), moving at most x2 or /2 per step.  When decode-only
  * steps alone take more than target / 1.5 (a loaded machine, many
  * decoders), the target becomes 1.5 x their smoothed time, so a long prompt
  * still advances instead of shrinking to the 16-token floor.
@@ -89,5 +91,13 @@ int sched_pop_events(sched *s, kvant_event *out, int max_out);
 /* running or waiting sequences, or unread events */
 bool sched_has_work(const sched *s);
 void sched_get_stats(const sched *s, kvant_engine_stats *out);
+
+/* The adaptive chunk budget's rule (see the top of this file), pure for
+ * tests: the budget after a step of step_ms that ran `prefill` prompt
+ * tokens under `budget`; decode_ms the smoothed decode-only step (0:
+ * unknown); result in [16, max_tokens]. */
+#define SCHED_AIM 0.9
+int sched_next_chunk_budget(int budget, int prefill, double step_ms, double decode_ms, double target,
+                            int max_tokens);
 
 #endif

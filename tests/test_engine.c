@@ -20,6 +20,7 @@
 #include "kernels/types.h"
 #include "kvant.h"
 #include "model/model.h"
+#include "sched/sched.h"
 
 #define NREQ 64
 #define MAXP 80
@@ -325,6 +326,45 @@ static void test_concurrent_1_4_16_64(void **state) {
     p.target_step_ms = 0.05;
     kvant_engine_stats s = run_set(p, 16, true);
     assert_in_range(s.chunk_budget, 16, 96);
+}
+
+/* The chunk-budget rule against a machine whose step costs d + c * chunk
+ * (+ attention growing with the prompt's progress): from 64 it settles
+ * within a few steps near SCHED_AIM x target and no step past the first
+ * two exceeds the target; it moves at most x2 or /2 a step; and it stays in
+ * [16, max] (decode alone over the target, unknown decode time). */
+static double step_cost(double d, double c, double grow, int done, int chunk) {
+    return d + c * chunk * (1.0 + grow * (done + chunk / 2.0) / 2000.0);
+}
+static void test_chunk_budget_rule(void **state) {
+    (void)state;
+    const double ds[] = {5, 17, 60}, cs[] = {0.05, 0.5, 2.0}, grows[] = {0, 0.5};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int g = 0; g < 2; g++) {
+                const double d = ds[a], c = cs[b], target = 150;
+                int budget = 64, done = 0;
+                for (int step = 0; step < 40 && done < 2000; step++) {
+                    const int chunk = budget < 2000 - done ? budget : 2000 - done;
+                    const double ms = step_cost(d, c, grows[g], done, chunk);
+                    if (step >= 2 && chunk == budget && budget > 16 && budget < 4096)
+                        if (ms > target) fail_msg("d=%g c=%g grow=%g step %d: %.1f ms > target", d, c, grows[g], step, ms);
+                    const int nb = sched_next_chunk_budget(budget, chunk, ms, d, target, 4096);
+                    assert_true(nb <= 2 * budget && nb >= budget / 2 - 1);
+                    assert_in_range(nb, 16, 4096);
+                    budget = nb;
+                    done += chunk;
+                }
+                /* linear cost: settled at SCHED_AIM * target within a few percent */
+                if (grows[g] == 0 && (SCHED_AIM * target - d) / c >= 32 && (SCHED_AIM * target - d) / c <= 2048) {
+                    const double ms = step_cost(d, c, 0, 0, budget);
+                    assert_true(fabs(ms - SCHED_AIM * target) <= 0.05 * target);
+                }
+            }
+    /* a step over the target shrinks the budget, at most by half */
+    assert_int_equal(sched_next_chunk_budget(256, 256, 600, 0, 150, 512), 128);
+    assert_int_equal(sched_next_chunk_budget(20, 20, 1000, 0, 150, 512), 16);
+    assert_int_equal(sched_next_chunk_budget(400, 400, 10, 5, 150, 512), 512);
 }
 
 static void test_preemption(void **state) {
@@ -696,6 +736,7 @@ int main(void) {
         cmocka_unit_test(test_batch_forward),
         cmocka_unit_test(test_alone_equals_seq_path),
         cmocka_unit_test(test_concurrent_1_4_16_64),
+        cmocka_unit_test(test_chunk_budget_rule),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_cancel_frees_blocks),
         cmocka_unit_test(test_n_samples_share_prompt),
