@@ -52,6 +52,12 @@ void kern_softmax_ref(float *x, int64_t K);
 /* h[K] = silu(g[K]) * u[K]  (SwiGLU; h may alias g) */
 void kern_swiglu(float *h, const float *g, const float *u, int64_t K);
 void kern_swiglu_ref(float *h, const float *g, const float *u, int64_t K);
+/* y[i] = expf((x[i] - m) * s), returns the sum of the y[i] (accumulated in
+ * double).  x = -inf gives 0.  For sampling: m = the max logit, s = 1 /
+ * temperature.  The avx2 tier's exp is within a few ulp of expf's and
+ * returns 0 below e^-87.3 (expf: denormals). */
+double kern_exp_sum(float *y, const float *x, int64_t n, float m, float s);
+double kern_exp_sum_ref(float *y, const float *x, int64_t n, float m, float s);
 
 /* ---- RoPE ---------------------------------------------------------------------
  * Rotates the first rope_dim dims of each of n_heads heads of size D in x

@@ -76,6 +76,23 @@ void kern_swiglu(float *h, const float *g, const float *u, int64_t K) {
     for (int64_t i = 0; i < K; i++) h[i] = g[i] * u[i] / (1.0f + expf(-g[i]));
 }
 
+/* ---- exp and sum (sampling) ------------------------------------------------------- */
+double kern_exp_sum_ref(float *y, const float *x, int64_t n, float m, float s) {
+    double t = 0;
+    for (int64_t i = 0; i < n; i++) {
+        y[i] = expf((x[i] - m) * s);
+        t += y[i];
+    }
+    return t;
+}
+
+double kern_exp_sum(float *y, const float *x, int64_t n, float m, float s) {
+#if defined(__x86_64__) || defined(_M_X64)
+    if (kern_active_tier() >= KERN_TIER_AVX2) return kern_exp_sum_avx2(y, x, n, m, s);
+#endif
+    return kern_exp_sum_ref(y, x, n, m, s);
+}
+
 /* ---- RoPE ---------------------------------------------------------------------------
  * Angles follow llama2.c / ggml: theta_i = pos * base^(-2i/rope_dim), computed
  * in float with powf, cos/sin per pair.  The fast version computes the

@@ -3,7 +3,14 @@
  * Chain (llama.cpp's default order): repetition penalty -> top-k -> top-p
  * -> min-p -> temperature -> draw with a seeded RNG.  temperature <= 0 is
  * greedy (argmax, lowest id on ties) after the penalty.  Same seed, same
- * logits: same token.  All buffers are allocated once at creation. */
+ * logits: same token.  All buffers are allocated once at creation.
+ *
+ * Cost: the draw walks the tokens top-k / top-p / min-p keep; the vocabulary
+ * is sorted only where a cut needs the order, and then only its head: top-k
+ * keeps a heap of k, top-p sorts the tokens within a widening logit gap of
+ * the max until they hold top_p of the mass.  Plain temperature sampling
+ * walks the vocabulary in id order (the same distribution as a walk in
+ * sorted order; a given seed picks another token than a sorted walk would). */
 #ifndef KVANT_SAMPLE_H
 #define KVANT_SAMPLE_H
 
@@ -27,6 +34,11 @@ void sampler_free(sampler *s);
 int32_t sampler_sample(sampler *s, float *logits);
 /* Records a token in the penalty history. */
 void sampler_accept(sampler *s, int32_t token);
+/* For tests: the tokens sampler_sample could return for these logits
+ * (after the penalty; logits modified in place as there), in the order its
+ * draw walks them (by logit descending when top-k / top-p cut the list,
+ * else by id); returns their count.  ids: vocab entries. */
+int sampler_support(sampler *s, float *logits, int32_t *ids);
 
 /* building blocks, exposed for tests */
 int32_t sample_argmax(const float *x, int n);

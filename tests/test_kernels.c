@@ -250,6 +250,28 @@ static void test_elementwise(void **state) {
                     fail_msg("swiglu tier %s g=%g: %.9g vs ref %.9g", kern_tier_name((kern_tier)t), g[i], hf[i], hr[i]);
         }
         kern_set_tier(best);
+        /* exp and sum (sampling): x - m over (-90, 10], scales 1 and 1 / 0.7, -inf -> 0 */
+        static float ex[KS], ey[KS], er[KS];
+        for (int i = 0; i < KS; i++) ex[i] = (float)(i % 101) - 90.0f + 0.37f * (float)(i % 7);
+        ex[5] = -INFINITY;
+        for (int sc = 0; sc < 2; sc++) {
+            const float s = sc ? 1.0f / 0.7f : 1.0f, m = 10.0f;
+            const double tr = kern_exp_sum_ref(er, ex, KS, m, s);
+            for (int t = KERN_TIER_REF; t <= (int)best; t++) {
+                assert_true(kern_set_tier((kern_tier)t));
+                const double tf = kern_exp_sum(ey, ex, KS - 3, m, s); /* a tail */
+                double want = 0;
+                for (int i = 0; i < KS - 3; i++) {
+                    want += er[i];
+                    if (!(fabsf(ey[i] - er[i]) <= 2e-6f * er[i] + 1e-37f))
+                        fail_msg("exp_sum tier %s x=%g: %.9g vs ref %.9g", kern_tier_name((kern_tier)t), ex[i], ey[i], er[i]);
+                }
+                assert_true(ey[5] == 0.0f);
+                assert_true(fabs(tf - want) <= 1e-6 * want);
+                if (t == KERN_TIER_REF) assert_true(fabs(tr - want - er[KS - 1] - er[KS - 2] - er[KS - 3]) <= 1e-9 * tr);
+            }
+            kern_set_tier(best);
+        }
     }
 }
 

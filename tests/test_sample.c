@@ -2,6 +2,7 @@
  * temperature, repetition penalty; draw frequencies against the exact
  * probabilities. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
@@ -110,6 +111,115 @@ static void test_repeat_penalty(void **state) {
     sampler_free(s);
 }
 
+/* ---- a real vocabulary: the support against the chain written plainly ----------- */
+enum { BV = 32000 };
+static uint64_t g_rng = 12345;
+static float rnd(void) { return sample_rng_float(&g_rng); }
+typedef struct { float l; int id; } lc;
+static int lc_desc(const void *a, const void *b) {
+    const lc *x = a, *y = b;
+    if (x->l != y->l) return x->l < y->l ? 1 : -1;
+    return x->id - y->id;
+}
+static int int_asc(const void *a, const void *b) { return *(const int32_t *)a - *(const int32_t *)b; }
+
+/* sort everything, top-k, top-p over what is left (double exps), min-p on
+ * the prefix; ids ascending into out; *p_edge: the cumulative probability
+ * where top-p stopped minus top_p (how close the cut was) */
+static int plain_support(const float *l, const sample_params *p, int32_t *out, double *p_edge) {
+    static lc c[BV];
+    for (int i = 0; i < BV; i++) c[i] = (lc){l[i], i};
+    qsort(c, BV, sizeof *c, lc_desc);
+    int n = p->top_k > 0 && p->top_k < BV ? p->top_k : BV;
+    *p_edge = 1;
+    if (p->top_p < 1) {
+        double sum = 0, cum = 0;
+        for (int i = 0; i < n; i++) sum += exp((double)c[i].l - c[0].l);
+        for (int i = 0; i < n; i++) {
+            cum += exp((double)c[i].l - c[0].l) / sum;
+            if (cum >= p->top_p) {
+                *p_edge = fmin(cum - p->top_p, p->top_p - (cum - exp((double)c[i].l - c[0].l) / sum));
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    if (p->min_p > 0) {
+        int keep = 1;
+        while (keep < n && c[keep].l >= (float)(c[0].l + log((double)p->min_p))) keep++;
+        n = keep;
+    }
+    for (int i = 0; i < n; i++) out[i] = c[i].id;
+    qsort(out, (size_t)n, sizeof *out, int_asc);
+    return n;
+}
+
+static void test_support_large_vocab(void **state) {
+    (void)state;
+    static float l[BV], l2[BV];
+    static int32_t want[BV], got[BV];
+    const sample_params ps[] = {P(1, 0, 1, 0, 1),     P(0.8f, 40, 1, 0, 1),   P(1, 0, 0.9f, 0, 1),
+                                P(1, 0, 0.5f, 0, 1),  P(0.7f, 40, 0.95f, 0, 1), P(1, 0, 1, 0.05f, 1),
+                                P(1, 100, 0.9f, 0.1f, 1), P(1, 0, 0.999f, 0, 1), P(1, 1, 1, 0, 1)};
+    int checked = 0;
+    for (size_t k = 0; k < sizeof ps / sizeof *ps; k++)
+        for (int trial = 0; trial < 4; trial++) {
+            /* logits of a peaked, a flat and a heavy-tailed shape, with ties and -inf */
+            for (int i = 0; i < BV; i++) {
+                const float u = rnd();
+                l[i] = trial == 0 ? 12 * u * u * u : trial == 1 ? u : trial == 2 ? -logf(1e-6f + u) * 3 : (float)(int)(u * 20);
+            }
+            l[7] = -INFINITY;
+            double edge;
+            const int nw = plain_support(l, &ps[k], want, &edge);
+            sampler *s = sampler_new(&ps[k], BV, NULL);
+            memcpy(l2, l, sizeof l);
+            const int ng = sampler_support(s, l2, got);
+            qsort(got, (size_t)ng, sizeof *got, int_asc);
+            if (edge < 1e-5) continue; /* top-p cut within float rounding of a token: either set is right */
+            checked++;
+            if (ng != nw || memcmp(got, want, sizeof(int32_t) * (size_t)nw))
+                fail_msg("params %zu trial %d: support of %d tokens, the plain chain's %d", k, trial, ng, nw);
+            /* every draw lands in the support */
+            for (int d = 0; d < 50; d++) {
+                memcpy(l2, l, sizeof l);
+                const int32_t t = sampler_sample(s, l2);
+                if (!bsearch(&t, want, (size_t)nw, sizeof *want, int_asc)) fail_msg("params %zu: drew %d outside", k, t);
+            }
+            sampler_free(s);
+        }
+    print_message("support: %d of 36 cases checked (the rest cut top-p within 1e-5 of a token)\n", checked);
+    assert_true(checked >= 24);
+}
+
+/* frequencies at V = 32000: tokens 0..3 carry 0.4, 0.2, 0.1, 0.1 of the mass
+ * (the other 31996 share 0.2 evenly), temperature 1 and 0.5, top-p 0.75 */
+static void test_frequencies_large_vocab(void **state) {
+    (void)state;
+    static float l[BV];
+    const float head[4] = {0.4f, 0.2f, 0.1f, 0.1f};
+    const sample_params ps[3] = {P(1, 0, 1, 0, 7), P(0.5f, 0, 1, 0, 7), P(1, 0, 0.75f, 0, 7)};
+    for (int k = 0; k < 3; k++) {
+        sampler *s = sampler_new(&ps[k], BV, NULL);
+        int c[5] = {0};
+        const int n = 20000;
+        for (int d = 0; d < n; d++) {
+            for (int i = 0; i < BV; i++) l[i] = logf(i < 4 ? head[i] : 0.2f / (BV - 4));
+            const int32_t t = sampler_sample(s, l);
+            c[t < 4 ? t : 4]++;
+        }
+        double p[5], z = 0;
+        for (int i = 0; i < 5; i++) {
+            const double q = i < 4 ? head[i] : 0.2;
+            p[i] = k == 1 ? (i < 4 ? q * q : (BV - 4) * pow(0.2 / (BV - 4), 2)) : k == 2 ? (i < 3 ? q : i == 3 ? q : 0) : q;
+            z += p[i];
+        }
+        /* top-p 0.75: 0.4 + 0.2 + 0.1 = 0.7 < 0.75, so tokens 0..3 (the 4th: 0.8) */
+        for (int i = 0; i < 5; i++) assert_float_equal((float)c[i] / n, (float)(p[i] / z), 0.02f);
+        sampler_free(s);
+    }
+}
+
 static void test_bad_params(void **state) {
     (void)state;
     kvant_status st;
@@ -127,6 +237,8 @@ int main(void) {
         cmocka_unit_test(test_seed_reproducible),
         cmocka_unit_test(test_repeat_penalty),
         cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_support_large_vocab),
+        cmocka_unit_test(test_frequencies_large_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
