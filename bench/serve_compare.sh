@@ -7,6 +7,8 @@
 #
 #   bench/serve_compare.sh [MODEL]        (default /tmp/m/s110-Q8_0.gguf, synthetic)
 #   env: C=32 N=128 MAXTOK=64 PROMPT=40 THREADS=2 RUNS=1 KVANT_ARGS="" OUT=/tmp/serve_compare
+#        TEMP=0 (the requests' temperature: 0 greedy; 1 is the OpenAI default,
+#        sampled by each server's own chain)
 #
 # Prompts are PROMPT random token ids (vLLM's random dataset): the synthetic
 # models' vocabulary turns ~30 words of text into ~200 tokens, so text
@@ -21,11 +23,11 @@ cd "$(dirname "$0")/.."
 # ids (logit_bias): the same work per token, whole streams.
 LLAMA_EXTRA=$(python3 -c 'import json; print(json.dumps({"logit_bias": {str(i): -100 for i in range(3, 259)}}))')
 MODEL=${1:-/tmp/m/s110-Q8_0.gguf}
-C=${C:-32} N=${N:-128} MAXTOK=${MAXTOK:-64} PROMPT=${PROMPT:-40} THREADS=${THREADS:-2} RUNS=${RUNS:-1}
+C=${C:-32} N=${N:-128} MAXTOK=${MAXTOK:-64} PROMPT=${PROMPT:-40} THREADS=${THREADS:-2} RUNS=${RUNS:-1} TEMP=${TEMP:-0}
 OUT=${OUT:-/tmp/serve_compare}
 mkdir -p "$OUT"
 [ -f "$MODEL" ] || { echo "no model $MODEL (build/kvant synth --shape stories110M --type Q8_0 -o $MODEL)"; exit 2; }
-LG=(--prompt-tokens "$PROMPT" --vocab 32000 --max-tokens "$MAXTOK" -c "$C" -n "$N" --timeout 900)
+LG=(--prompt-tokens "$PROMPT" --vocab 32000 --max-tokens "$MAXTOK" -c "$C" -n "$N" --temperature "$TEMP" --timeout 900)
 
 run_one() { # NAME PORT RUN [loadgen args]
   local name=$1 port=$2 run=$3; shift 3
