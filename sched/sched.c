@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "kernels/types.h"
 #include "kv/paged.h"
 #include "sample/sample.h"
@@ -500,13 +501,9 @@ kvant_code sched_run(sched *s, kvant_status *st) {
 
 /* log-probabilities of the raw logits (temperature 1): the chosen token's
  * and the top n alternatives (the first is the most likely) */
-static void logprobs_of(const float *x, int V, int n, int32_t tok, kvant_event *e) {
+static void logprobs_of(float *x, int V, int n, int32_t tok, kvant_event *e) {
     float mx = x[0];
     for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < V; i++) sum += exp((double)x[i] - mx);
-    const double lse = mx + log(sum);
-    e->logprob = (float)(x[tok] - lse);
     int cnt = 0; /* insertion into a sorted top-n */
     for (int i = 0; i < V; i++) {
         int j;
@@ -520,7 +517,12 @@ static void logprobs_of(const float *x, int V, int n, int32_t tok, kvant_event *
         e->top_tokens[j] = i;
     }
     e->n_top = cnt;
-    for (int k = 0; k < e->n_top; k++) e->top_logprobs[k] = (float)(x[e->top_tokens[k]] - lse);
+    for (int k = 0; k < e->n_top; k++) e->top_logprobs[k] = x[e->top_tokens[k]];
+    const float lt = x[tok];
+    /* log-sum-exp; x becomes the exps (a vector exp at the avx2 tier) */
+    const double lse = mx + log(kern_exp_sum(x, x, V, mx, 1.0f));
+    e->logprob = (float)(lt - lse);
+    for (int k = 0; k < e->n_top; k++) e->top_logprobs[k] = (float)(e->top_logprobs[k] - lse);
 }
 
 /* samples q's next token from row (modified), reports it, finishes q at
