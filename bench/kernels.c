@@ -8,6 +8,14 @@
  *   prefill T = 64 rows against a smaller matrix: GMAC/s (multiply-adds)
  *
  *   kvant-kernels [-t THREADS] [-r REPS] [--types Q4_0,Q8_0,...]
+ *   kvant-kernels --attn [-r REPS]
+ *
+ * --attn times decode attention instead (kern_attn_flash, T = 1, one
+ * thread) over a paged F16 pool at stories110M's shape: 32 sequences of
+ * 128 positions whose blocks interleave as when they decode together, 12
+ * layers (151 MiB, larger than the L3 cache), with row-major and with
+ * head-major blocks (kv/paged.h): ns per (sequence, position, layer, head)
+ * and GB/s of K and V read.
  *
  * Weights are random bytes run through the type's quantizer (values do
  * not change the speed).  Figures are for comparison between rows of one
@@ -16,8 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attn.h"
 #include "kernels/kernels.h"
 #include "kernels/repack.h"
+#include "kv/paged.h"
 
 static uint64_t g_rng = 0x853c49e6748fea9bull;
 static float frand(void) {
@@ -64,19 +74,85 @@ static void *pack(const void *W, int type, int64_t N, int64_t K) {
     return P;
 }
 
+static void die_st(const kvant_status *st) {
+    fprintf(stderr, "kvant-kernels: %s\n", st->msg);
+    exit(1);
+}
+
+static void attn_bench(int reps) {
+    enum { S = 32, P = 128, L = 12, H = 12, D = 64, B = 16 };
+    printf("decode attention (kern_attn_flash, T = 1, one thread): %d sequences x %d positions, %d layers, "
+           "%d heads x %d, paged F16, blocks of %d interleaved across the sequences\n\n", S, P, L, H, D, B);
+    printf("| blocks | ns per position-head | K/V GB/s |\n|---|--:|--:|\n");
+    static uint16_t row[H * D];
+    static float q[H * D], out[H * D];
+    for (int i = 0; i < H * D; i++) row[i] = kern_fp32_to_fp16(frand()), q[i] = frand();
+    const kern_attn_dims d = {1, H, H, D, P - 1, 0};
+    void *scratch = malloc(kern_attn_flash_scratch_bytes(&d));
+    for (int rm = 1; rm >= 0; rm--) {
+        kvant_status st;
+        const kv_pool_params pp = {.n_layers = L, .n_kv_heads = H, .head_dim = D, .type = KT_F16, .block_size = B,
+                                   .n_blocks = S * (P / B), .max_ctx = P, .max_seqs = S, .row_major = rm};
+        kv_pool *p = kv_pool_new(&pp, &st);
+        if (!p || !scratch) die_st(&st);
+        kv_seq *seq[S];
+        for (int s = 0; s < S; s++)
+            if (!(seq[s] = kv_seq_new(p, &st))) die_st(&st);
+        for (int pos = 0; pos < P; pos++) /* one token per sequence per step, as decoding */
+            for (int s = 0; s < S; s++) {
+                if (kv_seq_reserve(p, seq[s], 1, &st) != KVANT_OK) die_st(&st);
+                for (int l = 0; l < L; l++) {
+                    uint8_t *k, *v;
+                    kv_pool_row(p, seq[s], l, pos, &k, &v);
+                    const size_t hs = p->head_stride ? p->head_stride : (size_t)D * 2;
+                    for (int h = 0; h < H; h++) {
+                        memcpy(k + h * hs, row + h * D, (size_t)D * 2);
+                        memcpy(v + h * hs, row + h * D, (size_t)D * 2);
+                    }
+                }
+                const int32_t tok = pos;
+                kv_seq_commit(p, seq[s], &tok, 1);
+            }
+        double best = 1e30;
+        for (int r = 0; r < reps; r++) {
+            const double t0 = core_time_ms();
+            for (int l = 0; l < L; l++)
+                for (int s = 0; s < S; s++) {
+                    kern_kv_view v;
+                    kv_pool_view(p, seq[s], l, &v);
+                    kern_attn_flash(NULL, scratch, q, &v, out, &d);
+                }
+            const double dt = core_time_ms() - t0;
+            if (dt < best) best = dt;
+        }
+        const double n = (double)S * P * L * H;
+        printf("| %s | %.1f | %.1f |\n", rm ? "row-major" : "head-major", best * 1e6 / n, n * 2 * D * 2 / best / 1e6);
+        fflush(stdout);
+        kv_pool_free(p);
+    }
+    free(scratch);
+}
+
 int main(int argc, char **argv) {
     int threads = 2, reps = 5;
+    bool attn = false;
     const char *types_arg = "F16,Q8_0,Q4_0,Q4_K,Q6_K";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) types_arg = argv[++i];
+        else if (!strcmp(argv[i], "--attn")) attn = true;
         else {
-            fprintf(stderr, "usage: kvant-kernels [-t THREADS] [-r REPS] [--types F16,Q8_0,Q4_0,Q4_K,Q6_K]\n");
+            fprintf(stderr, "usage: kvant-kernels [-t THREADS] [-r REPS] [--types F16,Q8_0,Q4_0,Q4_K,Q6_K]\n"
+                            "       kvant-kernels --attn [-r REPS]\n");
             return 2;
         }
     }
     if (threads < 1 || reps < 1) { fprintf(stderr, "kvant-kernels: -t and -r must be >= 1\n"); return 2; }
+    if (attn) {
+        attn_bench(reps);
+        return 0;
+    }
     core_pool *pool = core_pool_new(threads);
     const int64_t K = 4096, N_dec = 16384, N_pre = 1024, T = 64; /* decode: 32..128 MiB of weights */
     float *x = malloc(sizeof(float) * T * K), *y = malloc(sizeof(float) * T * N_dec);
