@@ -36,31 +36,7 @@
 #include <string.h>
 
 #include "kernels/avx2_common.h"
-#include "kernels/quants.h"
-#include "kernels/repack.h"
-
-#define AI static inline __attribute__((always_inline))
-
-AI __m256i bcast4(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
-/* Decode (one activation row) streams the weights once from memory, and the
- * first load of each block waited on it (perf: ~40% of the tile's samples).
- * Prefetching PF_DIST bytes ahead keeps enough lines in flight; prefetches
- * never fault, so running past the end of the matrix is harmless. */
-#ifndef PF_DIST
-#define PF_DIST 2048
-#endif
-AI void prefetch_block(const uint8_t *w, size_t xb, const int C) {
-    if (C != 1) return; /* prefill: the group is reused across rows, already cached */
-    for (size_t off = 0; off < xb; off += 64) _mm_prefetch((const char *)(w + PF_DIST + off), _MM_HINT_T0);
-}
-
-/* activation row c's qs of block b */
-#define AQS(c, b) (a + (size_t)(c) * ba + (size_t)(b) * sizeof(block_q8_0) + offsetof(block_q8_0, qs))
+#include "kernels/repack_tile.h"
 
 AI void tile_q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
                 const float *ad, size_t bn) {
@@ -96,18 +72,15 @@ AI void tile_q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w,
  * and 2-3 go to two (<= 31496) before vpmaddwd widens them.  Q4_0, Q5_0:
  * minus 8 or 16 times the sum of the block's y, exact; Q4_1, Q5_1: plus
  * m * s_a, the spec's second fmaf (s_a from the extras as a float). */
-enum { L_Q4_0, L_Q4_1, L_Q5_0, L_Q5_1 };
 AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
                     const float *ad, const int32_t *as, size_t bn, const int kind) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
-    const bool min = kind == L_Q4_1 || kind == L_Q5_1, five = kind == L_Q5_0 || kind == L_Q5_1;
-    const int off = kind == L_Q4_0 ? 8 : 16; /* Q4_0, Q5_0 */
-    const size_t xb = kind == L_Q4_0 ? 144 : kind == L_Q4_1 ? 160 : kind == L_Q5_0 ? 176 : 192;
-    const size_t qso = kind == L_Q4_0 ? 16 : kind == L_Q4_1 ? 32 : kind == L_Q5_0 ? 48 : 64;
-    const size_t qho = kind == L_Q5_0 ? 16 : 32;
-    const size_t abs_ = min ? sizeof(block_q8_1) : sizeof(block_q8_0), aqo = min ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    const legacy_geo g = legacy_geo_of(kind);
+    const bool min = g.min, five = g.five;
+    const int off = g.off;
+    const size_t xb = g.xb, qso = g.qso, qho = g.qho, abs_ = g.ab, aqo = g.aqo;
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block(w, xb, C);
         const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + qho)) : _mm256_setzero_si256();
@@ -146,20 +119,6 @@ AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t
     for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
 }
 
-/* The kern_pack_tile_fn of a type: C (1..4) becomes a compile-time constant
- * CC inside CALL, so each width gets its own register-allocated copy. */
-#define PACK_ENTRY(name, CALL)                                                                                  \
-    static void name(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,   \
-                     const float *ad, const int32_t *as, size_t bn) {                                           \
-        (void)as;                                                                                               \
-        switch (C) {                                                                                            \
-        case 1: { enum { CC = 1 }; CALL; } break;                                                               \
-        case 2: { enum { CC = 2 }; CALL; } break;                                                               \
-        case 3: { enum { CC = 3 }; CALL; } break;                                                               \
-        default: { enum { CC = 4 }; CALL; } break;                                                              \
-        }                                                                                                       \
-    }
-
 PACK_ENTRY(tile_q8_0, tile_q8(nb, CC, y, ldy, w, a, ba, ad, bn))
 
 PACK_ENTRY(tile_q4_0, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q4_0))
@@ -169,9 +128,6 @@ PACK_ENTRY(tile_q4_1, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q4_1))
 PACK_ENTRY(tile_q5_0, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q5_0))
 
 PACK_ENTRY(tile_q5_1, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q5_1))
-
-/* activation row c's Q8_K block b */
-#define AK(c, b) ((const block_q8_K *)(a + (size_t)(c) * ba) + (b))
 
 /* 8 bytes (one per row) widened to both int16 halves of each row's lane:
  * broadcast to both 128-bit lanes, vpshufb puts row r's byte in lane r's

@@ -130,10 +130,18 @@ static void top_k_sorted(const float *logits, int V, int k, cand *c) {
 /* The tokens a draw may return, in the order the draw walks them: c[0..n)
  * sorted when top-k or top-p cut the list (then a prefix of the sorted
  * order), else *all = true and the walk is over logits[] in id order
- * (every token, or those min-p keeps: then c[0..n) in id order).  w: V
- * floats of scratch. */
-static int support(sampler *s, const float *logits, float max, float min, cand *c, float *w, bool *all) {
+ * (every token, or those min-p keeps: then c[0..n) in id order); *max:
+ * the largest logit.  c = s->cands, w = s->w (V floats of scratch). */
+static int support(sampler *s, const float *logits, bool *all, float *max_out) {
     const int V = s->n_vocab;
+    cand *c = s->cands;
+    float *w = s->w;
+    float max = logits[0], min = logits[0];
+    for (int i = 1; i < V; i++) {
+        max = logits[i] > max ? logits[i] : max;
+        min = logits[i] < min ? logits[i] : min;
+    }
+    *max_out = max;
     int n = V;
     bool sorted = false;
     *all = false;
@@ -195,22 +203,14 @@ static int support(sampler *s, const float *logits, float max, float min, cand *
 int32_t sampler_sample(sampler *s, float *logits) {
     apply_penalty(s, logits);
     if (s->p.temperature <= 0.0f) return sample_argmax(logits, s->n_vocab);
-    const int V = s->n_vocab;
-    float max = logits[0], min = logits[0];
-    for (int i = 1; i < V; i++) {
-        max = logits[i] > max ? logits[i] : max;
-        min = logits[i] < min ? logits[i] : min;
-    }
     bool all;
-    const int n = support(s, logits, max, min, s->cands, s->w, &all);
+    float max;
+    const int n = support(s, logits, &all, &max);
     /* temperature, then draw: walk the support until the running sum
      * passes r * total */
-    const float *l = logits;
-    if (!all) { /* the support's logits, in walk order (logits[] is ours to overwrite) */
+    if (!all) /* the support's logits, in walk order (logits[] is ours to overwrite) */
         for (int i = 0; i < n; i++) logits[i] = s->cands[i].logit;
-        l = logits;
-    }
-    const double total = kern_exp_sum(s->w, l, n, max, 1.0f / s->p.temperature);
+    const double total = kern_exp_sum(s->w, logits, n, max, 1.0f / s->p.temperature);
     const double r = (double)sample_rng_float(&s->rng) * total;
     double acc = 0;
     for (int i = 0; i < n; i++) {
@@ -222,14 +222,9 @@ int32_t sampler_sample(sampler *s, float *logits) {
 
 int sampler_support(sampler *s, float *logits, int32_t *ids) {
     apply_penalty(s, logits);
-    const int V = s->n_vocab;
-    float max = logits[0], min = logits[0];
-    for (int i = 1; i < V; i++) {
-        max = logits[i] > max ? logits[i] : max;
-        min = logits[i] < min ? logits[i] : min;
-    }
     bool all;
-    const int n = support(s, logits, max, min, s->cands, s->w, &all);
+    float max;
+    const int n = support(s, logits, &all, &max);
     for (int i = 0; i < n; i++) ids[i] = all ? i : s->cands[i].id;
     return n;
 }
