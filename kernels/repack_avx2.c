@@ -76,23 +76,19 @@ AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t
                     const float *ad, const int32_t *as, size_t bn, const int kind) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
+    const __m256i ones = _mm256_set1_epi16(1);
     const legacy_geo g = legacy_geo_of(kind);
     const bool min = g.min, five = g.five;
     const int off = g.off;
-    const size_t xb = g.xb, qso = g.qso, qho = g.qho, abs_ = g.ab, aqo = g.aqo;
+    const size_t xb = g.xb, qho = g.qho, abs_ = g.ab, aqo = g.aqo;
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block(w, xb, C);
         const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + qho)) : _mm256_setzero_si256();
         __m256i s0[4], s1[4];
         for (int c = 0; c < C; c++) s0[c] = s1[c] = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * j));
-            __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-            if (five) {
-                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi32(qh, 4 - j), m10));
-                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_srli_epi32(qh, j), m10));
-            }
+            __m256i lo, hi;
+            legacy_chunk(w, &g, qh, j, &lo, &hi);
             for (int c = 0; c < C; c++) {
                 const uint8_t *aq = a + (size_t)c * ba + (size_t)b * abs_ + aqo;
                 const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(aq + 4 * j)),
@@ -151,9 +147,7 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
                   const float *ad, const int32_t *as, size_t bn, const bool q5) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-    const __m256 neg = _mm256_set1_ps(-0.0f);
-    const size_t qso = q5 ? 416 : 160, xb = q5 ? 1440 : 1184;
+    const size_t xb = q5 ? 1440 : 1184;
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block(w, xb, C);
         __m256i is[4];
@@ -163,12 +157,7 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
             __m256i s[4];
             for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
             for (int j = 0; j < 8; j++) {
-                const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * (8 * (sb / 2) + j)));
-                __m256i q = _mm256_and_si256(sb & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
-                if (q5) { /* bit sb of qh byte l is element 32 sb + l's fifth bit */
-                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 160 + 32 * j));
-                    q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, sb), one), 4));
-                }
+                const __m256i q = q45k_chunk(w, sb, j, q5);
                 /* Q4_K: 8 pair sums of <= 2 * 15 * 127 = 3810: <= 30480;
                  * Q5_K: pair sums <= 2 * 31 * 127 = 7874, so widened after 4 (<= 31496) */
                 for (int c = 0; c < C; c++)
@@ -181,18 +170,7 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
             }
             for (int c = 0; c < C; c++) is[c] = _mm256_add_epi32(is[c], _mm256_madd_epi16(s[c], sc));
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
-        __m256i mins[4];
-        for (int p = 0; p < 4; p++) mins[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w + 96 + 16 * p)));
-        for (int c = 0; c < C; c++) {
-            const size_t k = (size_t)c * bn + (size_t)b;
-            __m256i ms = _mm256_setzero_si256();
-            for (int p = 0; p < 4; p++) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mins[p], _mm256_set1_epi32(as[4 * k + (size_t)p])));
-            const __m256 da = _mm256_set1_ps(ad[k]);
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]), _mm256_mul_ps(dw, da), acc[c]);
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_xor_ps(_mm256_mul_ps(dm, da), neg), acc[c]);
-        }
+        q45k_finish(C, w, is, as, ad, bn, b, acc);
     }
     for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
 }

@@ -57,6 +57,54 @@ AI legacy_geo legacy_geo_of(const int kind) {
                         .aqo = min ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs)};
 }
 
+/* chunk j of a legacy block: the low and high nibbles (elements 4j..4j+3
+ * and 16+4j..), with the fifth bit from the canonical qh for Q5 (repack.c
+ * q5_canon: bit 4 of byte i is qh << (4 - j) for the low nibble, qh >> j
+ * for the high one) */
+AI void legacy_chunk(const uint8_t *w, const legacy_geo *g, __m256i qh, int j, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
+    const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + g->qso + 32 * j));
+    *lo = _mm256_and_si256(raw, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    if (g->five) {
+        *lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_slli_epi32(qh, 4 - j), m10));
+        *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_srli_epi32(qh, j), m10));
+    }
+}
+
+/* Q4_K / Q5_K (q5): chunk j of sub-block sb, q in 0..15 (0..31): the low
+ * (even sb) or high (odd sb) nibbles of qs bytes 32(sb/2) .. +31, and for
+ * Q5_K bit sb of qh byte l, element 32 sb + l's fifth bit */
+AI __m256i q45k_chunk(const uint8_t *w, int sb, int j, const bool q5) {
+    const size_t qso = q5 ? 416 : 160;
+    const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * (8 * (sb / 2) + j)));
+    __m256i q = _mm256_and_si256(sb & 1 ? _mm256_srli_epi16(raw, 4) : raw, _mm256_set1_epi8(0x0f));
+    if (q5) {
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 160 + 32 * j));
+        q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, sb), _mm256_set1_epi8(1)), 4));
+    }
+    return q;
+}
+
+/* Q4_K / Q5_K block b done: is[c] = I (the scaled integer dots) of each
+ * row; the mins against the activation's sub-block sums (as), then
+ * acc += I * d_w d_a - M * dmin_w d_a (repack.h's two fmaf) */
+AI void q45k_finish(const int C, const uint8_t *w, const __m256i *is, const int32_t *as, const float *ad, size_t bn,
+                    int64_t b, __m256 *acc) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
+    __m256i mins[4];
+    for (int p = 0; p < 4; p++) mins[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w + 96 + 16 * p)));
+    for (int c = 0; c < C; c++) {
+        const size_t k = (size_t)c * bn + (size_t)b;
+        __m256i ms = _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mins[p], _mm256_set1_epi32(as[4 * k + (size_t)p])));
+        const __m256 da = _mm256_set1_ps(ad[k]);
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]), _mm256_mul_ps(dw, da), acc[c]);
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_xor_ps(_mm256_mul_ps(dm, da), _mm256_set1_ps(-0.0f)), acc[c]);
+    }
+}
+
 /* The kern_pack_tile_fn of a type: C (1..4) becomes a compile-time constant
  * CC inside CALL, so each width gets its own register-allocated copy. */
 #define PACK_ENTRY(name, CALL)                                                                                  \
