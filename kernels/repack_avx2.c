@@ -45,7 +45,6 @@ AI void tile_q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w,
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++, w += 272) {
         prefetch_block(w, 272, C);
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
         __m256i s[4];
         for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
@@ -56,10 +55,7 @@ AI void tile_q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w,
                 s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p, ones));
             }
         }
-        for (int c = 0; c < C; c++) {
-            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), d, acc[c]);
-        }
+        q8_finish(C, w, s, ad, bn, b, acc);
     }
     for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
 }
@@ -78,12 +74,11 @@ AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     const legacy_geo g = legacy_geo_of(kind);
-    const bool min = g.min, five = g.five;
-    const int off = g.off;
-    const size_t xb = g.xb, qho = g.qho, abs_ = g.ab, aqo = g.aqo;
+    const bool five = g.five;
+    const size_t xb = g.xb, abs_ = g.ab, aqo = g.aqo;
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block(w, xb, C);
-        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + qho)) : _mm256_setzero_si256();
+        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + g.qho)) : _mm256_setzero_si256();
         __m256i s0[4], s1[4];
         for (int c = 0; c < C; c++) s0[c] = s1[c] = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
@@ -97,20 +92,12 @@ AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t
                 else s1[c] = _mm256_add_epi16(s1[c], p);
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-        const __m256 mw = min ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))) : _mm256_setzero_ps();
+        __m256i i32[4];
         for (int c = 0; c < C; c++) {
-            const size_t k = (size_t)c * bn + (size_t)b;
-            __m256i i32 = _mm256_madd_epi16(s0[c], ones);
-            if (five) i32 = _mm256_add_epi32(i32, _mm256_madd_epi16(s1[c], ones));
-            if (!min) i32 = _mm256_sub_epi32(i32, _mm256_set1_epi32(off * as[k]));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(ad[k])), acc[c]);
-            if (min) {
-                float sa;
-                memcpy(&sa, &as[k], 4);
-                acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(sa), acc[c]);
-            }
+            i32[c] = _mm256_madd_epi16(s0[c], ones);
+            if (five) i32[c] = _mm256_add_epi32(i32[c], _mm256_madd_epi16(s1[c], ones));
         }
+        legacy_finish(C, w, &g, i32, as, ad, bn, b, acc);
     }
     for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
 }

@@ -48,7 +48,6 @@ AI void tile_q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w,
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, w += 272) {
         prefetch_block(w, 272, C);
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
         __m256i s[4];
         for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
@@ -56,10 +55,7 @@ AI void tile_q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w,
             const __m256i u = _mm256_sign_epi8(q, q); /* |q|, exact as unsigned even for -128 */
             for (int c = 0; c < C; c++) s[c] = dpbusd(s[c], u, _mm256_sign_epi8(bcast4(AQS(c, b) + 4 * j), q));
         }
-        for (int c = 0; c < C; c++) {
-            const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), d, acc[c]);
-        }
+        q8_finish(C, w, s, ad, bn, b, acc);
     }
     for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
 }
@@ -71,12 +67,11 @@ AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const legacy_geo g = legacy_geo_of(kind);
-    const bool min = g.min, five = g.five;
-    const int off = g.off;
-    const size_t xb = g.xb, qho = g.qho, abs_ = g.ab, aqo = g.aqo;
+    const bool five = g.five;
+    const size_t xb = g.xb, abs_ = g.ab, aqo = g.aqo;
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block(w, xb, C);
-        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + qho)) : _mm256_setzero_si256();
+        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + g.qho)) : _mm256_setzero_si256();
         __m256i s[4];
         for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
@@ -87,19 +82,7 @@ AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t
                 s[c] = dpbusd(dpbusd(s[c], lo, bcast4(aq + 4 * j)), hi, bcast4(aq + 16 + 4 * j));
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-        const __m256 mw = min ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))) : _mm256_setzero_ps();
-        for (int c = 0; c < C; c++) {
-            const size_t k = (size_t)c * bn + (size_t)b;
-            __m256i i32 = s[c];
-            if (!min) i32 = _mm256_sub_epi32(i32, _mm256_set1_epi32(off * as[k]));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), _mm256_mul_ps(dw, _mm256_set1_ps(ad[k])), acc[c]);
-            if (min) {
-                float sa;
-                memcpy(&sa, &as[k], 4);
-                acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(sa), acc[c]);
-            }
-        }
+        legacy_finish(C, w, &g, s, as, ad, bn, b, acc);
     }
     for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
 }

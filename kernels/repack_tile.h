@@ -72,6 +72,35 @@ AI void legacy_chunk(const uint8_t *w, const legacy_geo *g, __m256i qh, int j, _
     }
 }
 
+/* Q8_0 block b done: s[c] = each row's exact integer dot; acc += s * d_w d_a */
+AI void q8_finish(const int C, const uint8_t *w, const __m256i *s, const float *ad, size_t bn, int64_t b, __m256 *acc) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+    for (int c = 0; c < C; c++) {
+        const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]));
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), d, acc[c]);
+    }
+}
+
+/* legacy block b done: i32[c] = each row's sum of q * a (q with no offset);
+ * Q4_0, Q5_0: minus off * the block's sum of a, acc += i * d_w d_a;
+ * Q4_1, Q5_1: acc += i * d_w d_a, then acc += m_w * s_a (s_a from the
+ * extras as a float: repack.h's second fmaf) */
+AI void legacy_finish(const int C, const uint8_t *w, const legacy_geo *g, const __m256i *i32, const int32_t *as,
+                      const float *ad, size_t bn, int64_t b, __m256 *acc) {
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+    const __m256 mw = g->min ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))) : _mm256_setzero_ps();
+    for (int c = 0; c < C; c++) {
+        const size_t k = (size_t)c * bn + (size_t)b;
+        const __m256i i = g->min ? i32[c] : _mm256_sub_epi32(i32[c], _mm256_set1_epi32(g->off * as[k]));
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(dw, _mm256_set1_ps(ad[k])), acc[c]);
+        if (g->min) {
+            float sa;
+            memcpy(&sa, &as[k], 4);
+            acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(sa), acc[c]);
+        }
+    }
+}
+
 /* Q4_K / Q5_K (q5): chunk j of sub-block sb, q in 0..15 (0..31): the low
  * (even sb) or high (odd sb) nibbles of qs bytes 32(sb/2) .. +31, and for
  * Q5_K bit sb of qh byte l, element 32 sb + l's fifth bit */
