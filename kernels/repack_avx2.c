@@ -47,6 +47,7 @@ AI void tile_q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w,
         prefetch_block(w, 272, C);
         __m256i s[4];
         for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
         for (int j = 0; j < 8; j++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * j));
             const __m256i u = _mm256_sign_epi8(q, q); /* |q|, exact as unsigned even for -128 */
@@ -81,17 +82,24 @@ AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t
         const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + g.qho)) : _mm256_setzero_si256();
         __m256i s0[4], s1[4];
         for (int c = 0; c < C; c++) s0[c] = s1[c] = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            __m256i lo, hi;
-            legacy_chunk(w, &g, qh, j, &lo, &hi);
-            for (int c = 0; c < C; c++) {
-                const uint8_t *aq = a + (size_t)c * ba + (size_t)b * abs_ + aqo;
-                const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(aq + 4 * j)),
-                                                   _mm256_maddubs_epi16(hi, bcast4(aq + 16 + 4 * j)));
-                if (j < 2 || !five) s0[c] = _mm256_add_epi16(s0[c], p);
-                else s1[c] = _mm256_add_epi16(s1[c], p);
-            }
-        }
+#define LEGACY_STEP(j)                                                                                \
+    {                                                                                                 \
+        __m256i lo, hi;                                                                               \
+        legacy_chunk(w, &g, qh, j, &lo, &hi);                                                         \
+        for (int c = 0; c < C; c++) {                                                                 \
+            const uint8_t *aq = a + (size_t)c * ba + (size_t)b * abs_ + aqo;                          \
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(aq + 4 * (j))),        \
+                                               _mm256_maddubs_epi16(hi, bcast4(aq + 16 + 4 * (j)))); \
+            if ((j) < 2 || !five) s0[c] = _mm256_add_epi16(s0[c], p);                                 \
+            else s1[c] = _mm256_add_epi16(s1[c], p);                                                  \
+        }                                                                                             \
+    }
+        if (C == 1) /* decode: all 4 chunks' loads early (memory-bound) */
+            for (int j = 0; j < 4; j++) LEGACY_STEP(j)
+        else /* prefill: unrolled further, the C accumulators spill */
+#pragma GCC unroll 2
+            for (int j = 0; j < 4; j++) LEGACY_STEP(j)
+#undef LEGACY_STEP
         __m256i i32[4];
         for (int c = 0; c < C; c++) {
             i32[c] = _mm256_madd_epi16(s0[c], ones);
@@ -143,6 +151,7 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
             const __m256i sc = dup_u8(w + 32 + 8 * sb);
             __m256i s[4];
             for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
             for (int j = 0; j < 8; j++) {
                 const __m256i q = q45k_chunk(w, sb, j, q5);
                 /* Q4_K: 8 pair sums of <= 2 * 15 * 127 = 3810: <= 30480;
@@ -172,61 +181,59 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
  *   Q2_K: qs chunk 8h + j (bits 2qq); minus the mins (from bsums). */
 enum { K16_Q6, K16_Q3, K16_Q2 };
 
+/* quarter qq of chunk j of half h of a K16 block (q in 0..63, 0..7 or 0..3) */
+AI __m256i k16_quarter(const uint8_t *w, const int kind, int h, int j, int qq) {
+    if (kind != K16_Q6) { /* Q2_K: q = 2 bits; Q3_K: | hmask bit << 2 (0..7) */
+        const size_t qso = kind == K16_Q2 ? 160 : 144;
+        const __m256i l = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * (8 * h + j)));
+        __m256i q = _mm256_and_si256(_mm256_srli_epi16(l, 2 * qq), _mm256_set1_epi8(3));
+        if (kind == K16_Q3) {
+            const __m256i hm = _mm256_loadu_si256((const __m256i *)(w + 656 + 32 * j));
+            const int k = 4 * h + qq; /* the hmask bit, moved to bit 2 */
+            const __m256i hb = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
+            q = _mm256_or_si256(q, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
+        }
+        return q;
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    const __m256i l = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + (qq & 1 ? 8 : 0) + j)));
+    const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + j)));
+    const __m256i lo = qq < 2 ? l : _mm256_srli_epi16(l, 4);
+    const __m256i hi = qq == 0 ? _mm256_slli_epi16(hb, 4) : qq == 1 ? _mm256_slli_epi16(hb, 2) : qq == 2 ? hb : _mm256_srli_epi16(hb, 2);
+    return _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30));
+}
+
 AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
                  const float *ad, size_t bn, const int kind) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    const __m256i m3 = _mm256_set1_epi8(3), b2 = _mm256_set1_epi8(4), lo4 = _mm256_set1_epi16(0x0f);
+    const __m256i lo4 = _mm256_set1_epi16(0x0f);
     const __m256 neg = _mm256_set1_ps(-0.0f);
-    const size_t xb = kind == K16_Q6 ? 1680 : kind == K16_Q3 ? 912 : 672, qso = kind == K16_Q2 ? 160 : 144;
+    const size_t xb = kind == K16_Q6 ? 1680 : kind == K16_Q3 ? 912 : 672;
     const size_t sco = kind == K16_Q2 ? 32 : 16;
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block(w, xb, C);
         __m256i is[4], ms[4];
-        for (int c = 0; c < C; c++) is[c] = ms[c] = _mm256_setzero_si256();
-        /* one decode of a chunk's loads serves its 4 sub-blocks; chunks go
-         * in pairs (2 pair sums per int16 lane) */
+        for (int c = 0; c < C; c++) is[c] = _mm256_setzero_si256();
+        /* chunks go in pairs (2 pair sums per int16 lane); each quarter is
+         * decoded from its loads when used (L1 hits) rather than 8 held at
+         * once: fewer spills of the C accumulators (Q6_K prefill +6%) */
         for (int h = 0; h < 2; h++)
-            for (int jp = 0; jp < 4; jp++) {
-                __m256i q[2][4];
-                for (int i = 0; i < 2; i++) {
-                    const int j = 2 * jp + i;
-                    if (kind != K16_Q6) { /* Q2_K: q = 2 bits; Q3_K: | hmask bit << 2 (0..7) */
-                        const __m256i l = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * (8 * h + j)));
-                        const __m256i hm =
-                            kind == K16_Q3 ? _mm256_loadu_si256((const __m256i *)(w + 656 + 32 * j)) : _mm256_setzero_si256();
-                        for (int qq = 0; qq < 4; qq++) {
-                            q[i][qq] = _mm256_and_si256(_mm256_srli_epi16(l, 2 * qq), m3);
-                            if (kind == K16_Q3) {
-                                const int k = 4 * h + qq; /* the hmask bit, moved to bit 2 */
-                                const __m256i hb = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
-                                q[i][qq] = _mm256_or_si256(q[i][qq], _mm256_and_si256(hb, b2));
-                            }
-                        }
-                        continue;
-                    }
-                    const __m256i la = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + j)));
-                    const __m256i lb = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 + j)));
-                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + j)));
-                    q[i][0] = _mm256_or_si256(_mm256_and_si256(la, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-                    q[i][1] = _mm256_or_si256(_mm256_and_si256(lb, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-                    q[i][2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4), _mm256_and_si256(hb, m30));
-                    q[i][3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4),
-                                              _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
-                }
+#pragma GCC unroll 1
+            for (int jp = 0; jp < 4; jp++)
                 for (int qq = 0; qq < 4; qq++) {
+                    const __m256i q0 = k16_quarter(w, kind, h, 2 * jp, qq), q1 = k16_quarter(w, kind, h, 2 * jp + 1, qq);
                     const int sb = 8 * h + 2 * qq + jp / 2, e = 128 * h + 32 * qq + 8 * jp;
                     const __m256i sc = kind == K16_Q2 ? _mm256_and_si256(dup_u8(w + sco + 8 * sb), lo4) : dup_i8(w + sco + 8 * sb);
                     for (int c = 0; c < C; c++) { /* Q6_K q in 0..63: pair sums <= 16002, two <= 32004 (Q3_K: 3556, Q2_K: 1524) */
-                        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(q[0][qq], bcast4s(AK(c, b)->qs + e)),
-                                                           _mm256_maddubs_epi16(q[1][qq], bcast4s(AK(c, b)->qs + e + 4)));
+                        const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(q0, bcast4s(AK(c, b)->qs + e)),
+                                                           _mm256_maddubs_epi16(q1, bcast4s(AK(c, b)->qs + e + 4)));
                         is[c] = _mm256_add_epi32(is[c], _mm256_madd_epi16(p, sc));
                     }
                 }
-            }
         /* each row's (x_2pp, x_2pp+1) against bsums (2pp, 2pp+1): x = the
          * scales (Q6_K, Q3_K: the offset) or the mins (Q2_K) */
+        for (int c = 0; c < C; c++) ms[c] = _mm256_setzero_si256();
         for (int pp = 0; pp < 8; pp++) {
             const __m128i v = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + sco + 16 * pp)),
                                                 _mm_loadl_epi64((const __m128i *)(w + sco + 8 + 16 * pp)));
