@@ -10,6 +10,15 @@
  *   kvant-kernels [-t THREADS] [-r REPS] [--types Q4_0,Q8_0,...]
  *   kvant-kernels --attn [-r REPS]
  *
+ * --peak first measures what the cores can compute, as the ceilings for
+ * the prefill column, with every thread of the pool: FP32 FMAs (8
+ * independent chains of vfmadd, registers only: GFLOP/s) and the int8 dot
+ * product as the AVX2 packed tiles do it (vpsignb, vpmaddubsw, vpmaddwd,
+ * vpaddd against 4 broadcast activation rows, 4 KiB of weights in L1, no
+ * block epilogue: GMAC/s); the packed F16 and Q8_0 prefill rows then show
+ * their % of it (the 4-bit types use other instructions: no sign, int16
+ * sums, so this is not their ceiling).
+ *
  * --attn times decode attention instead (kern_attn_flash, T = 1, one
  * thread) over a paged F16 pool at stories110M's shape: 32 sequences of
  * 128 positions whose blocks interleave as when they decode together, 12
@@ -79,6 +88,80 @@ static void die_st(const kvant_status *st) {
     exit(1);
 }
 
+/* ---- --peak: compute ceilings (x86-64 with AVX2 + FMA) ---- */
+#if defined(__x86_64__)
+#include <immintrin.h>
+enum { PK_NB = 16, PK_REPS = 20000 };
+typedef struct {
+    double gflop, gmac; /* sums over threads */
+    _Atomic int64_t dummy;
+} peak_job;
+__attribute__((target("avx2,fma"), noinline)) static float peak_fma(int reps) {
+    __m256 s[8];
+    for (int i = 0; i < 8; i++) s[i] = _mm256_set1_ps(0.1f * (float)i);
+    const __m256 x = _mm256_set1_ps(1.0000001f), y = _mm256_set1_ps(0.999f);
+    for (int r = 0; r < reps; r++)
+        for (int u = 0; u < 64; u++)
+            for (int i = 0; i < 8; i++) s[i] = _mm256_fmadd_ps(s[i], x, y);
+    __m256 t = s[0];
+    for (int i = 1; i < 8; i++) t = _mm256_add_ps(t, s[i]);
+    return _mm256_cvtss_f32(t);
+}
+__attribute__((target("avx2"), noinline)) static int peak_int8(int reps, const uint8_t *w, const uint8_t *a) {
+    __m256i s[4] = {0};
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int r = 0; r < reps; r++)
+        for (int b = 0; b < PK_NB; b++)
+            for (int j = 0; j < 8; j++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 256 * b + 32 * j)), u = _mm256_sign_epi8(q, q);
+                for (int c = 0; c < 4; c++) {
+                    int32_t v;
+                    memcpy(&v, a + PK_NB * 32 * c + 32 * b + 4 * j, 4);
+                    const __m256i p = _mm256_maddubs_epi16(u, _mm256_sign_epi8(_mm256_set1_epi32(v), q));
+                    s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p, ones));
+                }
+            }
+    const __m256i t = _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3]));
+    return _mm256_extract_epi32(t, 0);
+}
+static void peak_fma_task(void *ctx, int ith, int nth) {
+    (void)ith; (void)nth;
+    atomic_fetch_add(&((peak_job *)ctx)->dummy, (int64_t)peak_fma(PK_REPS));
+}
+static void peak_int8_task(void *ctx, int ith, int nth) {
+    (void)ith; (void)nth;
+    static uint8_t w[PK_NB * 256], a[4 * PK_NB * 32];
+    for (size_t i = 0; i < sizeof w; i++) w[i] = (uint8_t)(i * 37);
+    for (size_t i = 0; i < sizeof a; i++) a[i] = (uint8_t)(i * 11);
+    atomic_fetch_add(&((peak_job *)ctx)->dummy, peak_int8(PK_REPS / 4, w, a));
+}
+/* best of reps runs on all threads; false if this CPU lacks AVX2 / FMA */
+static bool peak_measure(core_pool *pool, int reps, double *gflop, double *gmac) {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return false;
+    const int n = core_pool_size(pool);
+    peak_job j = {0};
+    *gflop = *gmac = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = core_time_ms();
+        core_pool_run(pool, peak_fma_task, &j);
+        double dt = core_time_ms() - t0;
+        const double f = (double)n * PK_REPS * 64 * 8 * 8 * 2 / dt / 1e6;
+        if (f > *gflop) *gflop = f;
+        t0 = core_time_ms();
+        core_pool_run(pool, peak_int8_task, &j);
+        dt = core_time_ms() - t0;
+        const double m = (double)n * (PK_REPS / 4) * PK_NB * 8 * 8 * 4 * 4 / dt / 1e6;
+        if (m > *gmac) *gmac = m;
+    }
+    return true;
+}
+#else
+static bool peak_measure(core_pool *pool, int reps, double *gflop, double *gmac) {
+    (void)pool; (void)reps; (void)gflop; (void)gmac;
+    return false;
+}
+#endif
+
 static void attn_bench(int reps) {
     enum { S = 32, P = 128, L = 12, H = 12, D = 64, B = 16 };
     printf("decode attention (kern_attn_flash, T = 1, one thread): %d sequences x %d positions, %d layers, "
@@ -135,15 +218,16 @@ static void attn_bench(int reps) {
 
 int main(int argc, char **argv) {
     int threads = 2, reps = 5;
-    bool attn = false;
+    bool attn = false, peak = false;
     const char *types_arg = "F16,Q8_0,Q4_0,Q4_K,Q6_K";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) types_arg = argv[++i];
         else if (!strcmp(argv[i], "--attn")) attn = true;
+        else if (!strcmp(argv[i], "--peak")) peak = true;
         else {
-            fprintf(stderr, "usage: kvant-kernels [-t THREADS] [-r REPS] [--types F16,Q8_0,Q4_0,Q4_K,Q6_K]\n"
+            fprintf(stderr, "usage: kvant-kernels [-t THREADS] [-r REPS] [--peak] [--types F16,Q8_0,Q4_0,Q4_K,Q6_K]\n"
                             "       kvant-kernels --attn [-r REPS]\n");
             return 2;
         }
@@ -159,6 +243,14 @@ int main(int argc, char **argv) {
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     for (int64_t i = 0; i < T * K; i++) x[i] = frand();
     const kern_tier best = kern_best_tier();
+    double pk_flop = 0, pk_mac = 0;
+    if (peak && !peak_measure(pool, reps, &pk_flop, &pk_mac)) {
+        fprintf(stderr, "kvant-kernels: --peak needs an x86-64 CPU with AVX2 and FMA\n");
+        peak = false;
+    }
+    if (peak)
+        printf("peak, %d threads: FP32 FMA %.1f GFLOP/s (%.1f GMAC/s); int8 x int8 dot (the Q8_0 tile's instructions, L1) %.1f GMAC/s\n",
+               threads, pk_flop, pk_flop / 2, pk_mac);
     printf("threads %d, K %lld; decode: T=1, N=%lld (GB/s of weights); prefill: T=%lld, N=%lld (GMAC/s)\n\n", threads,
            (long long)K, (long long)N_dec, (long long)T, (long long)N_pre);
     printf("| type | kernel | decode GB/s | prefill GMAC/s |\n|---|---|--:|--:|\n");
@@ -188,8 +280,11 @@ int main(int argc, char **argv) {
             void *Pd = pack(Wd, type, N_dec, K), *Pp = pack(Wp, type, N_pre, K);
             const double dd = time_mm(pool, PACKED, Pd, type, x, y, 1, N_dec, K, scratch, reps);
             const double dp = time_mm(pool, PACKED, Pp, type, x, y, (int)T, N_pre, K, scratch, reps);
-            printf("| %s | packed %s | %.1f | %.1f |\n", tok, kern_tier_name(best), wbytes / dd / 1e6,
-                   (double)N_pre * K * T / dp / 1e6);
+            const double gm = (double)N_pre * K * T / dp / 1e6;
+            printf("| %s | packed %s | %.1f | %.1f", tok, kern_tier_name(best), wbytes / dd / 1e6, gm);
+            if (peak && (type == KT_F16 || type == KT_Q8_0))
+                printf(" (%.0f%% of peak)", 100 * gm / (type == KT_F16 ? pk_flop / 2 : pk_mac));
+            printf(" |\n");
             const double rd = time_mm(pool, PACKED_REF, Pd, type, x, y, 1, N_dec, K, scratch, 1);
             const double rp = time_mm(pool, PACKED_REF, Pp, type, x, y, (int)T, N_pre, K, scratch, 1);
             printf("| %s | packed plain-C ref (1 thread) | %.1f | %.1f |\n", tok, wbytes / rd / 1e6,
