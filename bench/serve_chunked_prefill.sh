@@ -3,7 +3,8 @@
 # 8 streams decode 256 tokens each (40-token prompts); 1 s in, one
 # 2000-token prompt arrives (16 output tokens).  Reports the decoders'
 # inter-token gaps (median, p99, max) and the long prompt's TTFT, with and
-# without the injected prompt, for kvant serve and llama.cpp's llama-server
+# without the injected prompt, and the floor under that TTFT here (kvant
+# prefilling the 2000 tokens alone), for kvant serve and llama.cpp's llama-server
 # (default batch, and -b 64 -ub 64, the issue's two settings).
 #
 #   bench/serve_chunked_prefill.sh [MODEL]   (default /tmp/m/s110-Q8_0-4k.gguf, synthetic,
@@ -54,6 +55,10 @@ if [ "${SKIP_LLAMA:-0}" = 0 ]; then
   done
 fi
 
+# The floor under the long prompt's TTFT on this machine: kvant prefilling
+# the 2000 tokens alone, no decoders, no server (kvant bench, one run).
+"$KVANT" bench -m "$MODEL" -p 2000 -n 0 -t "$THREADS" -r 1 --json >"$OUT/pp2000.json" 2>/dev/null || true
+
 python3 - "$OUT" $names <<'PY'
 import json, sys
 out, names = sys.argv[1], sys.argv[2:]
@@ -65,5 +70,10 @@ for n in names:
         i = j["itl_ms"]; inj = j.get("inject")
         ttft = "%.0f (%d tokens)" % (inj["ttft_ms"], inj["prompt_tokens"]) if inj else "-"
         print("%-16s %-9s %8.1f %9.1f %9.1f   %-22s %10.1f" % (n, sc, i["p50"], i["p99"], i["max"], ttft, j["output_throughput"]))
+try:
+    tps = json.load(open(f"{out}/pp2000.json"))["avg_ts"]
+    print("floor: kvant prefills the 2000 tokens alone (kvant bench -p 2000, no decoders) in %.0f ms (%.0f tok/s)" % (2000e3 / tps, tps))
+except Exception as e:
+    print("floor: (kvant bench -p 2000 gave no result: %s)" % e)
 print("targets: max inter-token gap <= 200 ms AND long-prompt TTFT <= 2000 ms (kvant, with the injected prompt)")
 PY
