@@ -88,6 +88,25 @@ static inline bool core_chunk_next(_Atomic int64_t *next, int64_t n, int64_t chu
     *hi = c + chunk < n ? c + chunk : n;
     return true;
 }
+/* Guided split of [0, n): as core_chunk_next, with chunks of 1/(2 nth) of
+ * what is left (at least min_chunk, and a multiple of align), so the first
+ * claims are large and the last small: when one thread runs out of work the
+ * other has at most a small chunk to finish. */
+static inline bool core_chunk_guided(_Atomic int64_t *next, int64_t n, int nth, int64_t min_chunk, int64_t align,
+                                     int64_t *lo, int64_t *hi) {
+    int64_t c = atomic_load_explicit(next, memory_order_relaxed);
+    for (;;) {
+        if (c >= n) return false;
+        int64_t k = (n - c) / (2 * (int64_t)nth);
+        if (k < min_chunk) k = min_chunk;
+        k = (k + align - 1) / align * align;
+        if (atomic_compare_exchange_weak_explicit(next, &c, c + k, memory_order_relaxed, memory_order_relaxed)) {
+            *lo = c;
+            *hi = c + k < n ? c + k : n;
+            return true;
+        }
+    }
+}
 /* a chunk size giving each of nth threads about `per` chunks of [0, n) */
 static inline int64_t core_chunk_size(int64_t n, int nth, int per) {
     const int64_t c = n / ((int64_t)nth * per);

@@ -377,9 +377,9 @@ static void pack_groups(const pack_job *j, const kern_packed_out *o, int64_t lo,
  * takes it, and whichever matrices share the call */
 static void pack_task(void *ctx, int ith, int nth) {
     pack_job *j = ctx;
-    const int64_t G = j->g_end[j->n_out - 1], chunk = core_chunk_size(G, nth, 8);
+    const int64_t G = j->g_end[j->n_out - 1];
     (void)ith;
-    for (int64_t lo, hi; core_chunk_next(&j->next, G, chunk, &lo, &hi);)
+    for (int64_t lo, hi; core_chunk_guided(&j->next, G, nth, 2, 1, &lo, &hi);)
         for (int i = 0; i < j->n_out && lo < hi; i++) {
             if (lo >= j->g_end[i]) continue;
             const int64_t g0 = i ? j->g_end[i - 1] : 0, e = hi < j->g_end[i] ? hi : j->g_end[i];

@@ -105,6 +105,7 @@ typedef struct {
     const int *list;          /* the single-token segments */
     int n_list, layer;
     const kern_rope_params *rope;
+    _Atomic int next;         /* the next unclaimed entry of list */
 } attn_job;
 
 static void attend_segment(const model *m, model_work *w, core_pool *pool, void *scratch, int l,
@@ -129,10 +130,13 @@ static void attend_segment(const model *m, model_work *w, core_pool *pool, void 
     }
 }
 
+/* threads claim the sequences one at a time: their contexts differ, so a
+ * fixed share would leave one thread waiting on the other */
 static void attn_task(void *ctx, int ith, int nth) {
-    const attn_job *j = ctx;
+    attn_job *j = ctx;
     void *scratch = (uint8_t *)j->w->attn_scratch + (size_t)ith * j->w->attn_bytes;
-    for (int i = ith; i < j->n_list; i += nth) {
+    (void)nth;
+    for (int i; (i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_list;) {
         const int s = j->list[i];
         attend_segment(j->m, j->w, NULL, scratch, j->layer, &j->seg[s], j->rows[s], j->rope); /* NULL: this thread */
     }
@@ -147,11 +151,11 @@ static void attention(const model *m, model_work *w, int l, const model_segment 
         else attend_segment(m, w, m->pool, w->attn_scratch, l, &seg[s], r0, rope);
     }
     if (n_list == 0) return;
-    const attn_job j = {m, w, seg, w->seg_row, w->seg_list, n_list, l, rope};
+    attn_job j = {m, w, seg, w->seg_row, w->seg_list, n_list, l, rope, 0};
     if (n_list < core_pool_size(m->pool)) /* fewer segments than threads: each splits its heads over the pool */
         for (int i = 0; i < n_list; i++)
             attend_segment(m, w, m->pool, w->attn_scratch, l, &seg[j.list[i]], j.rows[j.list[i]], rope);
-    else core_pool_run(m->pool, attn_task, (void *)&j);
+    else core_pool_run(m->pool, attn_task, &j);
 }
 
 /* The per-row steps between the matmuls, split over the pool by rows when

@@ -329,6 +329,44 @@ static void test_pool(void **state) {
     assert_int_equal(total, 10);
 }
 
+/* core_chunk_guided: 4 threads cover [0, n) exactly once, each claim but
+ * the last a multiple of align and at least min, claims shrinking */
+typedef struct {
+    _Atomic int64_t next;
+    int64_t n, min, align;
+    _Atomic int hits[1000];
+    _Atomic int bad;
+} guided_job;
+
+static void task_guided(void *ctx, int ith, int nth) {
+    guided_job *j = ctx;
+    (void)ith;
+    int64_t prev = INT64_MAX;
+    for (int64_t lo, hi; core_chunk_guided(&j->next, j->n, nth, j->min, j->align, &lo, &hi);) {
+        const int64_t k = hi - lo;
+        if (lo % j->align || (hi < j->n && (k % j->align || k < j->min)) || k > prev) atomic_fetch_add(&j->bad, 1);
+        prev = k; /* one thread's claims come later, from less left: not larger */
+        for (int64_t i = lo; i < hi; i++) atomic_fetch_add(&j->hits[i], 1);
+    }
+}
+
+static void test_chunk_guided(void **state) {
+    (void)state;
+    core_pool *p = core_pool_new(4);
+    const int64_t ns[] = {1, 7, 64, 999, 1000}, mins[] = {1, 2, 8}, aligns[] = {1, 8};
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 2; c++) {
+                static guided_job j;
+                memset(&j, 0, sizeof j);
+                j.n = ns[a], j.min = mins[b], j.align = aligns[c];
+                core_pool_run(p, task_guided, &j);
+                assert_int_equal(atomic_load(&j.bad), 0);
+                for (int64_t i = 0; i < 1000; i++) assert_int_equal(atomic_load(&j.hits[i]), i < j.n ? 1 : 0);
+            }
+    core_pool_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp16_roundtrip_exhaustive),
@@ -340,6 +378,7 @@ int main(void) {
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_pool),
+        cmocka_unit_test(test_chunk_guided),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
