@@ -64,5 +64,7 @@ for name, label in (("kvant", "kvant serve"), ("llama", "llama-server")):
         avg(name, lambda j: j["e2e_ms"]["p99"]), sum(j["errors"] for j in rows[name])))
 k, l = avg("kvant", lambda j: j["output_throughput"]), avg("llama", lambda j: j["output_throughput"])
 print("throughput ratio kvant / llama.cpp: %.2fx   (target >= 2.5x and >= 1360 tok/s)" % (k / l if l else 0))
+pairs = [a["output_throughput"] / b["output_throughput"] for a, b in zip(rows["kvant"], rows["llama"]) if b["output_throughput"]]
+print("per-run ratios (each run's kvant over the llama-server run right after it): " + ", ".join("%.2f" % x for x in pairs))
 print("TTFT p99 kvant / llama.cpp: %.2f   (target <= 1)" % (avg("kvant", lambda j: j["ttft_ms"]["p99"]) / max(1e-9, avg("llama", lambda j: j["ttft_ms"]["p99"]))))
 PY
