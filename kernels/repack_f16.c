@@ -94,13 +94,13 @@ static void f16_groups(const f16_job *j, int64_t lo, int64_t hi) {
         for (int t0 = 0; t0 < j->T; t0 += F16_TC) run_tile(j, full, 1, t0, j->T - t0 < F16_TC ? j->T - t0 : F16_TC);
 }
 
-/* groups in dynamic chunks (core_chunk_next), a multiple of the decode
+/* groups in guided chunks (core_chunk_guided), multiples of the decode
  * tile's 8 groups */
 static void f16_task(void *ctx, int ith, int nth) {
     f16_job *j = ctx;
-    const int64_t G = n_groups(j->N), chunk = (core_chunk_size(G, nth, 8) + 7) & ~(int64_t)7;
+    const int64_t G = n_groups(j->N);
     (void)ith;
-    for (int64_t lo, hi; core_chunk_next(&j->next, G, chunk, &lo, &hi);) f16_groups(j, lo, hi);
+    for (int64_t lo, hi; core_chunk_guided(&j->next, G, nth, 8, 8, &lo, &hi);) f16_groups(j, lo, hi);
 }
 
 typedef struct {
