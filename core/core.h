@@ -76,22 +76,13 @@ static inline void core_split(int64_t n, int ith, int nth, int64_t *lo, int64_t 
     *lo = ith * per + (ith < rem ? ith : rem);
     *hi = *lo + per + (ith < rem ? 1 : 0);
 }
-/* Dynamic split of [0, n) in chunks: each call hands the caller the next
- * unclaimed chunk [*lo, *hi) of `chunk` items (false when none is left).
- * Threads that start late or run slow take fewer chunks, so the pool's
- * threads finish together (a static split leaves the early finisher
- * spinning).  *next starts at 0. */
-static inline bool core_chunk_next(_Atomic int64_t *next, int64_t n, int64_t chunk, int64_t *lo, int64_t *hi) {
-    const int64_t c = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
-    if (c >= n) return false;
-    *lo = c;
-    *hi = c + chunk < n ? c + chunk : n;
-    return true;
-}
-/* Guided split of [0, n): as core_chunk_next, with chunks of 1/(2 nth) of
- * what is left (at least min_chunk, and a multiple of align), so the first
- * claims are large and the last small: when one thread runs out of work the
- * other has at most a small chunk to finish. */
+/* Dynamic (guided) split of [0, n): each call hands the caller the next
+ * unclaimed chunk [*lo, *hi) (false when none is left).  Threads that start
+ * late or run slow take fewer chunks, so the pool's threads finish together
+ * (a static split leaves the early finisher spinning).  A chunk is 1/(2 nth)
+ * of what is left (at least min_chunk, and a multiple of align): the first
+ * claims are large, the last small, so when one thread runs out of work the
+ * other has at most a small chunk to finish.  *next starts at 0. */
 static inline bool core_chunk_guided(_Atomic int64_t *next, int64_t n, int nth, int64_t min_chunk, int64_t align,
                                      int64_t *lo, int64_t *hi) {
     int64_t c = atomic_load_explicit(next, memory_order_relaxed);
@@ -106,11 +97,6 @@ static inline bool core_chunk_guided(_Atomic int64_t *next, int64_t n, int nth, 
             return true;
         }
     }
-}
-/* a chunk size giving each of nth threads about `per` chunks of [0, n) */
-static inline int64_t core_chunk_size(int64_t n, int nth, int per) {
-    const int64_t c = n / ((int64_t)nth * per);
-    return c > 0 ? c : 1;
 }
 int core_cpu_count(void);
 

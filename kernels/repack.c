@@ -373,7 +373,7 @@ static void pack_groups(const pack_job *j, const kern_packed_out *o, int64_t lo,
 }
 
 /* the groups of all matrices, one numbering, in dynamic chunks
- * (core_chunk_next): each output is computed the same way whichever thread
+ * (core_chunk_guided): each output is computed the same way whichever thread
  * takes it, and whichever matrices share the call */
 static void pack_task(void *ctx, int ith, int nth) {
     pack_job *j = ctx;
