@@ -4,7 +4,11 @@
  * with the row-major kernels (kern_matmul), and the packed 8-row layout
  * (kern_matmul_packed) at the best tier and at its plain-C reference:
  *   decode  T = 1 over an N x K matrix larger than the L3 cache (weights
- *           stream from memory): GB/s of weights read, best of R runs
+ *           stream from memory): GB/s of weights read, best of R runs;
+ *           for the packed layout also over ~8 MiB of weights that stay
+ *           in the L3 cache between runs ("decode L3"): what the tile
+ *           computes when memory is not the limit, so the two columns
+ *           tell whether decode waits on memory or on the core
  *   prefill T = 64 rows against a smaller matrix: GMAC/s (multiply-adds)
  *
  *   kvant-kernels [-t THREADS] [-r REPS] [--types Q4_0,Q8_0,...]
@@ -240,7 +244,7 @@ int main(int argc, char **argv) {
     }
     core_pool *pool = core_pool_new(threads);
     const int64_t K = 4096, N_dec = 16384, N_pre = 1024, T = 64; /* decode: 32..128 MiB of weights */
-    float *x = malloc(sizeof(float) * T * K), *y = malloc(sizeof(float) * T * N_dec);
+    float *x = malloc(sizeof(float) * T * K), *y = malloc(sizeof(float) * T * N_dec); /* N_dec >= N_pre, N_l3 */
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     for (int64_t i = 0; i < T * K; i++) x[i] = frand();
     const kern_tier best = kern_best_tier();
@@ -254,7 +258,7 @@ int main(int argc, char **argv) {
                threads, pk_flop, pk_flop / 2, pk_mac);
     printf("threads %d, K %lld; decode: T=1, N=%lld (GB/s of weights); prefill: T=%lld, N=%lld (GMAC/s)\n\n", threads,
            (long long)K, (long long)N_dec, (long long)T, (long long)N_pre);
-    printf("| type | kernel | decode GB/s | prefill GMAC/s |\n|---|---|--:|--:|\n");
+    printf("| type | kernel | decode GB/s | decode L3 GB/s | prefill GMAC/s |\n|---|---|--:|--:|--:|\n");
     char list[256];
     snprintf(list, sizeof list, "%s", types_arg);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
@@ -272,17 +276,21 @@ int main(int argc, char **argv) {
             const int r = tier == KERN_TIER_REF ? 1 : reps; /* _ref is slow: one run */
             const double dd = time_mm(pool, ROWS, Wd, type, x, y, 1, N_dec, K, scratch, r);
             const double dp = time_mm(pool, ROWS, Wp, type, x, y, (int)T, N_pre, K, scratch, r);
-            printf("| %s | rows %s | %.1f | %.1f |\n", tok, kern_tier_name((kern_tier)tier), wbytes / dd / 1e6,
+            printf("| %s | rows %s | %.1f | - | %.1f |\n", tok, kern_tier_name((kern_tier)tier), wbytes / dd / 1e6,
                    (double)N_pre * K * T / dp / 1e6);
             fflush(stdout);
         }
         kern_set_tier(best);
         if (kern_pack_supported(type) && kern_pack_fits(type, K)) {
-            void *Pd = pack(Wd, type, N_dec, K), *Pp = pack(Wp, type, N_pre, K);
+            /* the L3 case: the first rows of the decode matrix, ~8 MiB, whole 8-row groups */
+            const int64_t N_l3 = ((int64_t)(8 << 20) / (int64_t)kern_row_bytes(type, K)) & ~(int64_t)7;
+            void *Pd = pack(Wd, type, N_dec, K), *Pp = pack(Wp, type, N_pre, K), *Pc = pack(Wd, type, N_l3, K);
             const double dd = time_mm(pool, PACKED, Pd, type, x, y, 1, N_dec, K, scratch, reps);
+            const double dc = time_mm(pool, PACKED, Pc, type, x, y, 1, N_l3, K, scratch, 4 * reps);
             const double dp = time_mm(pool, PACKED, Pp, type, x, y, (int)T, N_pre, K, scratch, reps);
             const double gm = (double)N_pre * K * T / dp / 1e6;
-            printf("| %s | packed %s | %.1f | %.1f", tok, kern_tier_name(best), wbytes / dd / 1e6, gm);
+            printf("| %s | packed %s | %.1f | %.1f | %.1f", tok, kern_tier_name(best), wbytes / dd / 1e6,
+                   (double)kern_row_bytes(type, K) * (double)N_l3 / dc / 1e6, gm);
             if (peak && (type == KT_F16 || type == KT_Q8_0)) { /* the ceiling again, in the same minute */
                 double f, m;
                 peak_measure(pool, reps, &f, &m);
@@ -292,10 +300,10 @@ int main(int argc, char **argv) {
             printf(" |\n");
             const double rd = time_mm(pool, PACKED_REF, Pd, type, x, y, 1, N_dec, K, scratch, 1);
             const double rp = time_mm(pool, PACKED_REF, Pp, type, x, y, (int)T, N_pre, K, scratch, 1);
-            printf("| %s | packed plain-C ref (1 thread) | %.1f | %.1f |\n", tok, wbytes / rd / 1e6,
+            printf("| %s | packed plain-C ref (1 thread) | %.1f | - | %.1f |\n", tok, wbytes / rd / 1e6,
                    (double)N_pre * K * T / rp / 1e6);
             fflush(stdout);
-            free(Pd); free(Pp);
+            free(Pd); free(Pp); free(Pc);
         }
         free(Wd); free(Wp);
     }
