@@ -147,6 +147,27 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
         prefetch_block(w, xb, C);
         __m256i is[4];
         for (int c = 0; c < C; c++) is[c] = _mm256_setzero_si256();
+        if (C == 1) { /* decode: both nibbles of each qs load at once, sub-blocks 2p and 2p + 1 together */
+            const int8_t *aq = AK(0, b)->qs;
+            for (int p = 0; p < 4; p++) {
+                __m256i se = _mm256_setzero_si256(), so = _mm256_setzero_si256();
+                for (int j = 0; j < 8; j++) {
+                    __m256i lo, hi;
+                    q45k_pair(w, p, j, q5, &lo, &hi);
+                    se = _mm256_add_epi16(se, _mm256_maddubs_epi16(lo, bcast4s(aq + 64 * p + 4 * j)));
+                    so = _mm256_add_epi16(so, _mm256_maddubs_epi16(hi, bcast4s(aq + 64 * p + 32 + 4 * j)));
+                    if (q5 && j == 3) { /* bounds as below */
+                        is[0] = _mm256_add_epi32(is[0], _mm256_add_epi32(_mm256_madd_epi16(se, dup_u8(w + 32 + 16 * p)),
+                                                                         _mm256_madd_epi16(so, dup_u8(w + 40 + 16 * p))));
+                        se = so = _mm256_setzero_si256();
+                    }
+                }
+                is[0] = _mm256_add_epi32(is[0], _mm256_add_epi32(_mm256_madd_epi16(se, dup_u8(w + 32 + 16 * p)),
+                                                                 _mm256_madd_epi16(so, dup_u8(w + 40 + 16 * p))));
+            }
+            q45k_finish(C, w, is, as, ad, bn, b, acc);
+            continue;
+        }
         for (int sb = 0; sb < 8; sb++) { /* sub-block: the low (even) or high (odd) nibbles of qs bytes 32(sb/2) .. +31 */
             const __m256i sc = dup_u8(w + 32 + 8 * sb);
             __m256i s[4];

@@ -115,6 +115,21 @@ AI __m256i q45k_chunk(const uint8_t *w, int sb, int j, const bool q5) {
     return q;
 }
 
+/* Q4_K / Q5_K: chunk j of sub-blocks 2p (lo: the low nibbles) and 2p + 1
+ * (hi: the high ones) from one load, as q45k_chunk of each */
+AI void q45k_pair(const uint8_t *w, int p, int j, const bool q5, __m256i *lo, __m256i *hi) {
+    const size_t qso = q5 ? 416 : 160;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * (8 * p + j)));
+    *lo = _mm256_and_si256(raw, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    if (q5) {
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 160 + 32 * j)), one = _mm256_set1_epi8(1);
+        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * p), one), 4));
+        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * p + 1), one), 4));
+    }
+}
+
 /* Q4_K / Q5_K block b done: is[c] = I (the scaled integer dots) of each
  * row; the mins against the activation's sub-block sums (as), then
  * acc += I * d_w d_a - M * dmin_w d_a (repack.h's two fmaf) */
