@@ -236,6 +236,28 @@ AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
         prefetch_block(w, xb, C);
         __m256i is[4], ms[4];
         for (int c = 0; c < C; c++) is[c] = _mm256_setzero_si256();
+        if (C == 1) { /* decode: the order below, the 4 sub-blocks' scales widened once per 2 chunk pairs */
+            const int8_t *aq = AK(0, b)->qs;
+            for (int h = 0; h < 2; h++)
+#pragma GCC unroll 1
+                for (int jh = 0; jh < 2; jh++) {
+                    __m256i sc[4];
+                    for (int qq = 0; qq < 4; qq++) {
+                        const int sb = 8 * h + 2 * qq + jh;
+                        sc[qq] = kind == K16_Q2 ? _mm256_and_si256(dup_u8(w + sco + 8 * sb), lo4) : dup_i8(w + sco + 8 * sb);
+                    }
+                    for (int jq = 0; jq < 2; jq++) {
+                        const int jp = 2 * jh + jq;
+                        for (int qq = 0; qq < 4; qq++) {
+                            const __m256i q0 = k16_quarter(w, kind, h, 2 * jp, qq), q1 = k16_quarter(w, kind, h, 2 * jp + 1, qq);
+                            const int e = 128 * h + 32 * qq + 8 * jp;
+                            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(q0, bcast4s(aq + e)),
+                                                               _mm256_maddubs_epi16(q1, bcast4s(aq + e + 4)));
+                            is[0] = _mm256_add_epi32(is[0], _mm256_madd_epi16(p, sc[qq]));
+                        }
+                    }
+                }
+        } else
         /* chunks go in pairs (2 pair sums per int16 lane); each quarter is
          * decoded from its loads when used (L1 hits) rather than 8 held at
          * once: fewer spills of the C accumulators (Q6_K prefill +6%) */
