@@ -87,6 +87,8 @@ int kvant_tokenize(const kvant_model *km, const char *text, size_t len, bool add
     return tok_encode(km->m->tok, text, len, add_bos, false, tokens, max);
 }
 
+bool kvant_token_is_eog(const kvant_model *km, int32_t token) { return tok_is_eog(km->m->tok, token); }
+
 int kvant_token_to_piece(const kvant_model *km, int32_t prev, int32_t token, char *buf, int cap) {
     if (token < 0 || token >= tok_n_vocab(km->m->tok)) return 0;
     return tok_decode_piece(km->m->tok, prev, token, buf, cap);

@@ -200,7 +200,7 @@ int cmd_run(int argc, char **argv) {
     for (int g = 0; g < o.n_predict; g++) {
         const int32_t next = kvant_sampler_sample(smp, logits);
         if (g == 0) s.t_first = kvant_time_ms();
-        if (next == info.eos_id && !o.ignore_eos) break;
+        if (kvant_token_is_eog(m, next) && !o.ignore_eos) break;
         kvant_sampler_accept(smp, next);
         const int len = kvant_token_to_piece(m, tokens[n - 1], next, piece, sizeof piece);
         fwrite(piece, 1, (size_t)len, stdout);

@@ -95,6 +95,9 @@ int kvant_tokenize(const kvant_model *m, const char *text, size_t len, bool add_
 /* Bytes that `token` adds to the text when it follows `prev` (-1 at start).
  * Writes at most cap bytes, returns the byte count. */
 int kvant_token_to_piece(const kvant_model *m, int32_t prev, int32_t token, char *buf, int cap);
+/* True when `token` ends a generation: EOS or the family's end-of-turn
+ * token (<|eot_id|>, <|im_end|>, <end_of_turn>, <|end|>, ...). */
+bool kvant_token_is_eog(const kvant_model *m, int32_t token);
 
 /* ---- sequence: a KV cache and a position ------------------------------ */
 typedef struct kvant_seq kvant_seq;

@@ -50,7 +50,7 @@ struct sched_req {
 struct sched {
     const model *m;
     sched_params p;
-    int V, eos;
+    int V;
     kv_pool *pool;
     model_work *work;
     float *logits;             /* [max_seqs][V] */
@@ -218,7 +218,6 @@ sched *sched_new(const model *m, const sched_params *p, kvant_status *st) {
     s->m = m;
     s->p = *p;
     s->V = c->vocab_size;
-    s->eos = tok_eos(m->tok);
     s->next_id = 1;
     const int B = p->block_size;
     uint64_t budget = (uint64_t)(p->kv_mem_mib * 1048576.0);
@@ -533,7 +532,7 @@ static void sample_next(sched *s, sseq *q, float *row) {
     if (nlp > 0) memcpy(s->lp_scratch, row, (size_t)s->V * sizeof(float));
     const int32_t tok = sampler_sample(q->smp, row);
     sampler_accept(q->smp, tok);
-    if (tok == s->eos && !r->r.ignore_eos) {
+    if (tok_is_eog(s->m->tok, tok) && !r->r.ignore_eos) {
         kvant_event e = event_of(q, -1, KVANT_FINISH_EOS);
         push_event(s, &e);
         seq_done(s, q);

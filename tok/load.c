@@ -106,11 +106,34 @@ static int spec_cmp(const void *pa, const void *pb) {
 /* Shared last steps once t->v, t->blob and the kind-specific fields are set:
  * the lookup table, byte fallback, special list, decoded pieces.  Returns
  * KVANT_OK or fills st (the caller frees t). */
-static kvant_code tok_finish(tok *t, const char *name, kvant_status *st) {
+static void eog_add(tok *t, int32_t id) {
+    if (id < 0 || id >= t->n_vocab || t->n_eog == (int)(sizeof t->eog / sizeof *t->eog)) return;
+    for (int i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return;
+    t->eog[t->n_eog++] = id;
+}
+
+/* The end-of-generation set (tok_is_eog): EOS, the file's eot / eom ids,
+ * then the end-of-turn texts llama.cpp recognises (llama-vocab.cpp). */
+static void eog_find(tok *t, const gguf_ctx *g) {
+    eog_add(t, t->eos);
+    uint32_t v;
+    if (g && gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &v) && v < (uint32_t)t->n_vocab) eog_add(t, (int32_t)v);
+    if (g && gguf_get_u32(g, "tokenizer.ggml.eom_token_id", &v) && v < (uint32_t)t->n_vocab) eog_add(t, (int32_t)v);
+    static const char *const texts[] = {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                                        "<|endoftext|>", "<EOT>", "_<EOT>", "<|end_of_text|>"};
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+        int32_t id = tok_map_get(&t->vocab, t->blob, texts[i], strlen(texts[i]), "", 0);
+        if (id >= 0) eog_add(t, id);
+    }
+}
+
+static kvant_code tok_finish(tok *t, const gguf_ctx *g, const char *name, kvant_status *st) {
     if (!tok_map_init(&t->vocab, (uint64_t)t->n_vocab))
         return core_fail(st, KVANT_ERR_NOMEM, "%s: out of memory for the vocabulary table", name);
     for (int i = 0; i < t->n_vocab; i++)
         if (t->v[i].len > 0) tok_map_put(&t->vocab, t->blob, t->v[i].off, t->v[i].len, 0, 0, i);
+    eog_find(t, g);
 
     for (int b = 0; b < 256; b++) { /* "<0xXX>", else the byte itself as a token */
         char hex[8];
@@ -335,7 +358,7 @@ tok *tok_from_gguf(const gguf_ctx *g, kvant_status *st) {
         }
     }
     t->add_bos = t->add_bos && t->bos >= 0;
-    if (!rc) rc = tok_finish(t, name, st);
+    if (!rc) rc = tok_finish(t, g, name, st);
     if (rc) {
         tok_free(t);
         return NULL;
@@ -460,7 +483,7 @@ tok *tok_from_llama2c(const char *path, int vocab_size, kvant_status *st) {
     t->unk = 0;
     t->add_bos = t->bos >= 0;
     t->add_space_prefix = true;
-    if (tok_finish(t, path, st)) {
+    if (tok_finish(t, NULL, path, st)) {
         tok_free(t);
         return NULL;
     }

@@ -12,6 +12,12 @@ int tok_n_vocab(const tok *t) { return t->n_vocab; }
 int tok_bos(const tok *t) { return t->bos; }
 int tok_eos(const tok *t) { return t->eos; }
 bool tok_add_bos(const tok *t) { return t->add_bos; }
+
+bool tok_is_eog(const tok *t, int32_t id) {
+    for (int i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return true;
+    return false;
+}
 int tok_max_piece(const tok *t) { return t->max_piece; }
 
 const char *tok_text(const tok *t, int32_t id) {

@@ -23,6 +23,11 @@ tok_kind tok_get_kind(const tok *t);
 int tok_n_vocab(const tok *t);
 int tok_bos(const tok *t);   /* -1 if none */
 int tok_eos(const tok *t);   /* -1 if none */
+/* True for every token that ends a generation as llama.cpp counts them:
+ * EOS, tokenizer.ggml.eot_token_id / eom_token_id, and the families'
+ * end-of-turn tokens found by text (<|eot_id|>, <|eom_id|>, <|im_end|>,
+ * <|end|>, <end_of_turn>, <|endoftext|>, <EOT>). */
+bool tok_is_eog(const tok *t, int32_t id);
 bool tok_add_bos(const tok *t);  /* tokenizer.ggml.add_bos_token (default true for SPM) */
 
 /* Encodes UTF-8 text into ids.  add_bos: prepend BOS.  parse_special:

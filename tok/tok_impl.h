@@ -70,6 +70,8 @@ struct tok {
     tok_map vocab;          /* text -> id */
 
     int bos, eos, unk;      /* -1 if none */
+    int32_t eog[8];         /* end-of-generation ids (eos, eot, eom, the family's end-of-turn) */
+    int n_eog;
     bool add_bos;
     bool add_space_prefix;  /* SPM: prepend ' ' to the text (and drop it on decode) */
 
