@@ -46,7 +46,7 @@ void kvant_model_get_info(const kvant_model *km, kvant_model_info *o) {
     const model *m = km->m;
     const model_config *c = &m->cfg;
     memset(o, 0, sizeof *o);
-    o->arch = "llama";
+    o->arch = c->arch;
     o->name = m->name;
     o->file_format = m->file_format;
     o->dim = c->dim;
@@ -70,6 +70,17 @@ void kvant_model_get_info(const kvant_model *km, kvant_model_info *o) {
     o->bos_id = tok_bos(m->tok);
     o->eos_id = tok_eos(m->tok);
     o->tokenizer_model = tok_get_kind(m->tok) == TOK_GPT2 ? "gpt2" : "llama";
+    o->n_expert = c->n_expert, o->n_expert_used = c->n_expert_used, o->expert_hidden = c->expert_hidden;
+    o->swa_window = c->swa_window;
+    for (int l = 0; l < c->n_layers; l++) o->n_swa_layers += m->layers[l].swa_window > 0;
+    o->rope_base_swa = c->rope_base_swa;
+    o->attn_softcap = c->attn_softcap, o->final_softcap = c->final_softcap;
+    o->embd_scale = c->embd_scale;
+    o->rope_freqs = m->rope_freqs != NULL;
+    o->qkv_bias = c->n_layers > 0 && m->layers[0].bq;
+    o->qk_norm = c->n_layers > 0 && m->layers[0].q_norm;
+    o->post_norms = c->n_layers > 0 && m->layers[0].post_attn_norm;
+    o->activation = c->act == MODEL_ACT_GELU_TANH ? "gelu_tanh" : "silu";
 }
 
 int kvant_model_n_tensors(const kvant_model *km) { return km->m->n_tensors; }

@@ -66,6 +66,20 @@ int cmd_info(int argc, char **argv) {
     printf("RMSNorm epsilon:  %g\n", in.norm_eps);
     printf("RoPE:             base %g, %d dims per head, %s ordering\n", in.rope_base, in.rope_dim,
            in.rope_neox ? "NeoX (half-split)" : "adjacent-pair");
+    if (in.rope_freqs) printf("RoPE factors:     yes (per-pair frequency factors)\n");
+    printf("feed-forward:     GLU, %s gate%s\n", in.activation, in.n_expert ? "" : ", dense");
+    if (in.n_expert)
+        printf("experts:          %d, %d used per token, %d wide (softmax router, renormalized)\n", in.n_expert,
+               in.n_expert_used, in.expert_hidden);
+    if (in.swa_window)
+        printf("sliding window:   %d positions on %d of %d layers (RoPE base %g there)\n", in.swa_window,
+               in.n_swa_layers, in.n_layers, in.rope_base_swa);
+    if (in.attn_softcap || in.final_softcap)
+        printf("soft-capping:     attention %g, final logits %g\n", in.attn_softcap, in.final_softcap);
+    if (in.embd_scale != 1.0f) printf("embedding scale:  %g\n", in.embd_scale);
+    if (in.qkv_bias || in.qk_norm || in.post_norms)
+        printf("extra tensors:   %s%s%s\n", in.qkv_bias ? " q/k/v biases" : "", in.qk_norm ? " q/k norms" : "",
+               in.post_norms ? " post-attention/FFN norms" : "");
     printf("output matrix:    %s\n", in.tied_output ? "tied to the token embedding" : "separate");
     printf("parameters:       %lld (%.3f M)\n", (long long)in.n_params, in.n_params / 1e6);
     printf("weights:          %zu bytes (", in.weight_bytes);

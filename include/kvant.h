@@ -59,7 +59,7 @@ kvant_model *kvant_model_open(const char *path, const kvant_model_params *p, kva
 void kvant_model_free(kvant_model *m);
 
 typedef struct {
-    const char *arch;       /* "llama" */
+    const char *arch;       /* general.architecture: "llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3" */
     const char *name;       /* general.name or file name */
     const char *file_format;/* "GGUF v3", "llama2.c v0" */
     int dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim;
@@ -72,6 +72,15 @@ typedef struct {
     size_t weight_bytes;    /* bytes of all tensors as stored */
     int bos_id, eos_id;
     const char *tokenizer_model; /* "llama" (SentencePiece BPE) or "gpt2" */
+    /* what the families add (0 / false: absent) */
+    int n_expert, n_expert_used, expert_hidden;  /* MoE: experts, used per token, width */
+    int swa_window, n_swa_layers;                /* sliding-window attention: span and layer count */
+    float rope_base_swa;                         /* RoPE base of the sliding-window layers */
+    float attn_softcap, final_softcap;           /* gemma2's soft-capping */
+    float embd_scale;                            /* embeddings x this (gemma: sqrt(dim)); 1 = none */
+    bool rope_freqs;                             /* RoPE frequency factors (Llama 3.1+, phi3 long/short) */
+    bool qkv_bias, qk_norm, post_norms;          /* q/k/v biases, per-head q/k norms, post-attention/FFN norms */
+    const char *activation;                      /* "silu" or "gelu_tanh" (the GLU's gate) */
 } kvant_model_info;
 
 void kvant_model_get_info(const kvant_model *m, kvant_model_info *out);

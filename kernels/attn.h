@@ -14,6 +14,8 @@
 #ifndef KVANT_KERNELS_ATTN_H
 #define KVANT_KERNELS_ATTN_H
 
+#include <math.h>
+
 #include "core/core.h"
 #include "kernels/kernels.h"
 
@@ -61,7 +63,18 @@ typedef struct {
     int T, H, Hkv, D;
     int q_pos0;     /* cache index of query 0; query t attends to 0 .. q_pos0 + t */
     int tile;       /* flash: positions per K/V tile (0 = default 64) */
+    float scale;    /* scores = q.k * scale; 0 = 1/sqrt(D) */
+    float softcap;  /* scores = softcap * tanh(scores / softcap) before the softmax (gemma2); 0 = none */
+    int window;     /* > 0: query t attends only to q_pos0 + t - window + 1 .. q_pos0 + t (sliding window) */
 } kern_attn_dims;
+
+/* The first cache index query position qp attends to. */
+static inline int kern_attn_first_pos(const kern_attn_dims *d, int qp) {
+    return d->window > 0 && qp - d->window + 1 > 0 ? qp - d->window + 1 : 0;
+}
+static inline float kern_attn_scale(const kern_attn_dims *d) {
+    return d->scale != 0.0f ? d->scale : 1.0f / sqrtf((float)d->D);
+}
 
 /* Per-thread scratch bytes either kernel needs (times the pool size): the
  * larger of the two below. */

@@ -288,8 +288,9 @@ static void read_head(const flash_job *j, const uint8_t *row, int64_t e0, float 
 /* kern_rope on one head with the pair frequencies precomputed (same values) */
 static void rope_head(float *x, int pos, const kern_rope_params *p, const float *freq) {
     const int half = p->rope_dim / 2;
+    const float ms = kern_rope_mscale(p);
     for (int i = 0; i < half; i++) {
-        const float a = (float)pos * freq[i], c = cosf(a), s = sinf(a);
+        const float a = (float)pos * freq[i], c = cosf(a) * ms, s = sinf(a) * ms;
         const int i0 = p->neox ? i : 2 * i, i1 = p->neox ? i + half : 2 * i + 1;
         const float x0 = x[i0], x1 = x[i1];
         x[i0] = x0 * c - x1 * s;
@@ -361,7 +362,10 @@ static void flash_unit(const flash_job *j, float *sc, int u) {
     const int R = (t1 - t0) * G;
     float *Qs = sc + L->qs, *S = sc + L->s, *A = sc + L->a, *m = sc + L->m, *l = sc + L->l;
 
-    const float qscale = 1.4426950408889634f / sqrtf((float)D); /* log2(e) / sqrt(D) */
+    /* scores in log2 units: q * log2(e) * scale; with soft-capping the
+     * scores are q.k * scale / cap first, then cap * log2(e) * tanh(.) */
+    const float cap = dm->softcap, scale = kern_attn_scale(dm);
+    const float qscale = cap > 0.0f ? scale / cap : 1.4426950408889634f * scale;
     for (int t = t0; t < t1; t++)
         for (int g = 0; g < G; g++) {
             const int r = (t - t0) * G + g;
@@ -372,8 +376,9 @@ static void flash_unit(const flash_job *j, float *sc, int u) {
             l[r] = 0.0f;
         }
 
-    const int p_end = dm->q_pos0 + t1; /* positions 0 .. p_end-1 are needed */
-    for (int p0 = 0; p0 < p_end; p0 += L->tile) {
+    const int p_end = dm->q_pos0 + t1; /* positions first .. p_end-1 are needed */
+    const int first = kern_attn_first_pos(dm, dm->q_pos0 + t0);
+    for (int p0 = first / L->tile * L->tile; p0 < p_end; p0 += L->tile) { /* tiles aligned as without a window */
         const int n = p_end - p0 < L->tile ? p_end - p0 : L->tile, nc = round8(n);
         load_tile(j, sc, hk, p0, n, nc);
         /* rows whose query sees p0: q_pos0 + t >= p0 (a suffix of the rows) */
@@ -389,6 +394,14 @@ static void flash_unit(const flash_job *j, float *sc, int u) {
             const int t = t0 + r / G;
             const int nv = dm->q_pos0 + t - p0 + 1 < n ? dm->q_pos0 + t - p0 + 1 : n; /* causal part */
             float *sr = S + (size_t)r * TP;
+            const int lo = kern_attn_first_pos(dm, dm->q_pos0 + t) - p0; /* the window's start in the tile */
+            if (lo >= nv) { /* the row's window starts after this tile: nothing of it counts */
+                for (int jj = 0; jj < nc; jj++) sr[jj] = 0.0f;
+                continue;
+            }
+            if (cap > 0.0f)
+                for (int jj = lo > 0 ? lo : 0; jj < nv; jj++) sr[jj] = cap * 1.4426950408889634f * tanhf(sr[jj]);
+            for (int jj = 0; jj < lo; jj++) sr[jj] = -INFINITY; /* before the window: exp2 gives 0 */
             const float mx = ops->row_max(sr, nv);
             if (m[r] == -INFINITY) m[r] = mx; /* first tile: A and l are still 0 */
             else if (mx > m[r]) {             /* the max grew: rescale what was summed so far */
@@ -423,7 +436,7 @@ static void flash_task(void *ctx, int ith, int nth) {
     const kern_rope_params *rp = j->kv->rope_k;
     if (rp)
         for (int i = 0; i < rp->rope_dim / 2; i++)
-            sc[j->L.freq + i] = 1.0f / powf(rp->base, (float)(2 * i) / (float)rp->rope_dim);
+            sc[j->L.freq + i] = kern_rope_freq(rp, i);
     for (int d = 0; d < j->L.Dp; d++) sc[j->L.kz + d] = 0.0f;
     for (int u; (u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_units;)
         flash_unit(j, sc, u);

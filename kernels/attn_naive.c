@@ -99,7 +99,7 @@ static void naive_head(const naive_job *j, float *sc, int h) {
     const kern_attn_dims *dm = j->d;
     const int T = dm->T, H = dm->H, D = dm->D, P = dm->q_pos0 + dm->T;
     const int hk = h / (H / dm->Hkv);
-    const float scale = 1.0f / sqrtf((float)D);
+    const float scale = kern_attn_scale(dm), cap = dm->softcap;
     float *S = sc, *Kd = S + (size_t)T * P, *Vd = Kd + (size_t)P * D;
     for (int p = 0; p < P; p++) {
         kern_kv_view_read(j->kv, false, p, hk, D, Kd + (size_t)p * D);
@@ -107,27 +107,30 @@ static void naive_head(const naive_job *j, float *sc, int h) {
     }
     float sink = 0.0f;
     for (int t = 0; t < T; t++) {
-        const int n = dm->q_pos0 + t + 1; /* causal window 0 .. q_pos0 + t */
+        const int n = dm->q_pos0 + t + 1;                 /* causal: 0 .. q_pos0 + t */
+        const int lo = kern_attn_first_pos(dm, n - 1);     /* and the sliding window's start */
         const float *qt = j->q + ((size_t)t * H + h) * D;
         float *st = S + (size_t)t * P;
-        for (int p = 0; p < n; p++) {
+        for (int p = lo; p < n; p++) {
             float dot = 0.0f;
             for (int d = 0; d < D; d++) dot += qt[d] * Kd[(size_t)p * D + d];
             st[p] = dot * scale;
+            if (cap > 0.0f) st[p] = cap * tanhf(st[p] / cap);
         }
-        for (int p = n; p < P; p++) st[p] = 0.0f; /* masked: probability 0 */
-        float mx = st[0];
-        for (int p = 1; p < n; p++) mx = st[p] > mx ? st[p] : mx;
+        for (int p = 0; p < lo; p++) st[p] = 0.0f; /* masked: probability 0 */
+        for (int p = n; p < P; p++) st[p] = 0.0f;
+        float mx = st[lo];
+        for (int p = lo + 1; p < n; p++) mx = st[p] > mx ? st[p] : mx;
         float sum = 0.0f;
-        for (int p = 0; p < n; p++) {
+        for (int p = lo; p < n; p++) {
             st[p] = expf(st[p] - mx);
             sum += st[p];
         }
-        for (int p = 0; p < n; p++) st[p] /= sum;
-        for (int p = 0; p < n && p < j->n_sink; p++) sink += st[p];
+        for (int p = lo; p < n; p++) st[p] /= sum;
+        for (int p = lo; p < n && p < j->n_sink; p++) sink += st[p];
         float *o = j->out + ((size_t)t * H + h) * D;
         for (int d = 0; d < D; d++) o[d] = 0.0f;
-        for (int p = 0; p < n; p++) {
+        for (int p = lo; p < n; p++) {
             const float a = st[p], *vp = Vd + (size_t)p * D;
             for (int d = 0; d < D; d++) o[d] += a * vp[d];
         }

@@ -14,6 +14,8 @@
 #ifndef KVANT_KERNELS_H
 #define KVANT_KERNELS_H
 
+#include <math.h>
+
 #include "core/core.h"
 #include "kernels/types.h"
 
@@ -52,6 +54,12 @@ void kern_softmax_ref(float *x, int64_t K);
 /* h[K] = silu(g[K]) * u[K]  (SwiGLU; h may alias g) */
 void kern_swiglu(float *h, const float *g, const float *u, int64_t K);
 void kern_swiglu_ref(float *h, const float *g, const float *u, int64_t K);
+/* h[i] = gelu_tanh(g[i]) * u[i] (gemma's GeGLU; h may be g).  The fast one
+ * rounds GELU's input and output to F16 as ggml's CPU backend does (ops.c). */
+void kern_geglu(float *h, const float *g, const float *u, int64_t K);
+void kern_geglu_ref(float *h, const float *g, const float *u, int64_t K);
+/* x[i] = cap * tanh(x[i] / cap) (gemma2's logit soft-capping) */
+void kern_softcap(float *x, int64_t K, float cap);
 /* y[i] = expf((x[i] - m) * s), returns the sum of the y[i] (accumulated in
  * double).  x = -inf gives 0.  For sampling: m = the max logit, s = 1 /
  * temperature.  The avx2 tier's exp is within a few ulp of expf's and
@@ -63,12 +71,27 @@ double kern_exp_sum_ref(float *y, const float *x, int64_t n, float m, float s);
  * Rotates the first rope_dim dims of each of n_heads heads of size D in x
  * (x[n_heads][D]) for position pos.  Adjacent-pair ordering rotates
  * (x[2i], x[2i+1]); NeoX ordering rotates (x[i], x[i + rope_dim/2]).  Angle
- * for pair i: pos * base^(-2i/rope_dim). */
+ * for pair i: pos * freq_scale * base^(-2i/rope_dim) / freq_factors[i]
+ * (ggml's rope with freq factors and linear scaling); the rotated pairs are
+ * multiplied by mscale (ggml's attn_factor).  Fields left 0 / NULL mean
+ * freq_scale 1, mscale 1, no factors. */
 typedef struct {
     int rope_dim;
     float base;
     bool neox;
+    const float *freq_factors;  /* [rope_dim/2] or NULL (Llama 3's rope_freqs, phi3's long/short factors) */
+    float freq_scale;           /* linear scaling: 1/factor; 0 = 1 */
+    float mscale;               /* 0 = 1 */
 } kern_rope_params;
+
+/* The angle per position of pair i (the frequency), and the cos/sin factor. */
+static inline float kern_rope_freq(const kern_rope_params *p, int i) {
+    float f = 1.0f / powf(p->base, (float)(2 * i) / (float)p->rope_dim);
+    if (p->freq_scale != 0.0f) f *= p->freq_scale;
+    if (p->freq_factors) f /= p->freq_factors[i];
+    return f;
+}
+static inline float kern_rope_mscale(const kern_rope_params *p) { return p->mscale != 0.0f ? p->mscale : 1.0f; }
 void kern_rope(float *x, int n_heads, int D, int pos, const kern_rope_params *p);
 void kern_rope_ref(float *x, int n_heads, int D, int pos, const kern_rope_params *p);
 

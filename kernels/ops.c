@@ -4,9 +4,11 @@
  * differ from _ref only in accumulation order (partial sums), which the
  * SIMD tiers will keep.  Tolerances are in tests/test_kernels.c. */
 #include <math.h>
+#include <pthread.h>
 
 #include "kernels/kernels.h"
 #include "kernels/tiers.h"
+#include "kernels/types.h"
 
 float kern_dot_f32(const float *a, const float *b, int64_t n) {
     float acc[8] = {0};
@@ -76,6 +78,45 @@ void kern_swiglu(float *h, const float *g, const float *u, int64_t K) {
     for (int64_t i = 0; i < K; i++) h[i] = g[i] * u[i] / (1.0f + expf(-g[i]));
 }
 
+/* ---- GeGLU (gemma): h = gelu_tanh(g) * u ----------------------------------------------
+ * GELU with the tanh approximation, 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+ * kern_geglu_ref evaluates it in float (the spec).  kern_geglu does what
+ * ggml's CPU backend does (GGML_GELU_FP16): g rounded to F16, GELU looked up
+ * in a table of the 65536 F16 inputs whose entries are rounded to F16, 0
+ * below -10 and g itself above 10.  It differs from the ref by F16 rounding
+ * (relative 2^-11 of each factor, tests/test_kernels.c), and it is what makes
+ * gemma logits equal llama.cpp's (NMSE 1e-8 instead of 1.5e-7 on
+ * ../shared/reference/arch). */
+static float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * x * (1.0f + 0.044715f * x * x)));
+}
+
+void kern_geglu_ref(float *h, const float *g, const float *u, int64_t K) {
+    for (int64_t i = 0; i < K; i++) h[i] = gelu_tanh(g[i]) * u[i];
+}
+
+static uint16_t k_gelu_f16[1 << 16];
+static pthread_once_t k_gelu_once = PTHREAD_ONCE_INIT;
+static void gelu_table_init(void) {
+    for (int i = 0; i < 1 << 16; i++) k_gelu_f16[i] = kern_fp32_to_fp16(gelu_tanh(kern_fp16_to_fp32((uint16_t)i)));
+}
+
+void kern_geglu(float *h, const float *g, const float *u, int64_t K) {
+    pthread_once(&k_gelu_once, gelu_table_init);
+    for (int64_t i = 0; i < K; i++) {
+        const float x = g[i];
+        if (x <= -10.0f) h[i] = 0.0f;
+        else if (x >= 10.0f) h[i] = x * u[i];
+        else h[i] = kern_fp16_to_fp32(k_gelu_f16[kern_fp32_to_fp16(x)]) * u[i];
+    }
+}
+
+/* ---- soft-capping: x = cap * tanh(x / cap) ---------------------------------------------- */
+void kern_softcap(float *x, int64_t K, float cap) {
+    const float inv = 1.0f / cap;
+    for (int64_t i = 0; i < K; i++) x[i] = cap * tanhf(x[i] * inv);
+}
+
 /* ---- exp and sum (sampling) ------------------------------------------------------- */
 double kern_exp_sum_ref(float *y, const float *x, int64_t n, float m, float s) {
     double t = 0;
@@ -99,11 +140,11 @@ double kern_exp_sum(float *y, const float *x, int64_t n, float m, float s) {
  * per-pair frequencies once per call instead of once per head. */
 void kern_rope_ref(float *x, int n_heads, int D, int pos, const kern_rope_params *p) {
     const int half = p->rope_dim / 2;
+    const float ms = kern_rope_mscale(p);
     for (int h = 0; h < n_heads; h++) {
         float *xh = x + (int64_t)h * D;
         for (int i = 0; i < half; i++) {
-            const float freq = 1.0f / powf(p->base, (float)(2 * i) / (float)p->rope_dim);
-            const float a = (float)pos * freq, c = cosf(a), s = sinf(a);
+            const float a = (float)pos * kern_rope_freq(p, i), c = cosf(a) * ms, s = sinf(a) * ms;
             const int i0 = p->neox ? i : 2 * i, i1 = p->neox ? i + half : 2 * i + 1;
             const float x0 = xh[i0], x1 = xh[i1];
             xh[i0] = x0 * c - x1 * s;
@@ -117,11 +158,11 @@ void kern_rope(float *x, int n_heads, int D, int pos, const kern_rope_params *p)
     const int half = p->rope_dim / 2;
     CORE_ASSERT(half <= MAX_HALF);
     float cs[MAX_HALF], sn[MAX_HALF];
+    const float ms = kern_rope_mscale(p);
     for (int i = 0; i < half; i++) {
-        const float freq = 1.0f / powf(p->base, (float)(2 * i) / (float)p->rope_dim);
-        const float a = (float)pos * freq;
-        cs[i] = cosf(a);
-        sn[i] = sinf(a);
+        const float a = (float)pos * kern_rope_freq(p, i);
+        cs[i] = cosf(a) * ms;
+        sn[i] = sinf(a) * ms;
     }
     for (int h = 0; h < n_heads; h++) {
         float *xh = x + (int64_t)h * D;

@@ -1,9 +1,12 @@
-/* llama.c - the llama-family forward pass (RMSNorm, RoPE, GQA attention,
- * SwiGLU), for a batch of T tokens from one or several sequences
- * (segments).  Reads top to bottom
- * like the paper; shapes use the letters defined in model.h.  K/V go
- * through a kv_store (contiguous, paged or streaming); attention reads
- * them through a view with the naive or the flash kernel. */
+/* llama.c - the forward pass of every architecture kvant runs (RMSNorm,
+ * RoPE, MHA/GQA/MQA attention, a GLU feed-forward or routed experts), for
+ * a batch of T tokens from one or several sequences (segments).  Reads top
+ * to bottom like the paper; what the families add is a guarded step each
+ * (biases, q/k norms, post-norms, soft-caps, sliding windows; model/arch.c
+ * says which family has what).  Shapes use the letters of model.h, plus
+ * E experts of which K are used per token, F_e wide.  K/V go through a
+ * kv_store (contiguous, paged or streaming); attention reads them through
+ * a view with the naive or the flash kernel. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +22,7 @@ model_work *model_work_new(const model *m, int max_T, int n_ctx, model_attn attn
     const size_t T = (size_t)max_T, qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
     int64_t kmax = c->dim > c->hidden_dim ? c->dim : c->hidden_dim;
     if ((int64_t)qd > kmax) kmax = (int64_t)qd;
+    if (c->expert_hidden > kmax) kmax = c->expert_hidden;
     const kern_attn_dims dims = {max_T, c->n_heads, c->n_kv_heads, c->head_dim, 0, 0};
     const size_t attn_bytes = attn == MODEL_ATTN_NAIVE ? kern_attn_naive_scratch_bytes(&dims, n_ctx)
                                                        : kern_attn_flash_scratch_bytes(&dims);
@@ -44,6 +48,21 @@ model_work *model_work_new(const model *m, int max_T, int n_ctx, model_attn attn
     w->seg_row = malloc(T * sizeof(int));
     w->seg_list = malloc(T * sizeof(int));
     w->row_seg = malloc(T * sizeof(int));
+    if (c->n_expert > 0) {
+        const size_t E = (size_t)c->n_expert, K = (size_t)c->n_expert_used, Fe = (size_t)c->expert_hidden;
+        w->moe_logits = malloc(T * E * sizeof(float));
+        w->moe_sel = malloc(T * K * sizeof(int32_t));
+        w->moe_wt = malloc(T * K * sizeof(float));
+        w->moe_rows = malloc(T * K * sizeof(int32_t));
+        w->moe_count = malloc((E + 1) * sizeof(int32_t));
+        w->moe_x = malloc(T * (size_t)c->dim * sizeof(float));
+        w->moe_g = malloc(T * Fe * sizeof(float));
+        w->moe_u = malloc(T * Fe * sizeof(float));
+        w->moe_acc = malloc(T * K * (size_t)c->dim * sizeof(float));
+        if (!w->moe_logits || !w->moe_sel || !w->moe_wt || !w->moe_rows || !w->moe_count || !w->moe_x || !w->moe_g ||
+            !w->moe_u || !w->moe_acc)
+            goto oom;
+    }
     if (!w->row_seg || !w->pos || !w->seg_row || !w->seg_list || !w->x || !w->xb || !w->xb2 || !w->q || !w->k || !w->v || !w->hb || !w->hb2 || !w->attn_scratch || !w->mm ||
         !w->sink_mass || !w->sink_head)
         goto oom;
@@ -59,13 +78,15 @@ void model_work_free(model_work *w) {
     free(w->x); free(w->xb); free(w->xb2); free(w->q); free(w->k); free(w->v);
     free(w->hb); free(w->hb2); free(w->attn_scratch); free(w->mm); free(w->sink_mass); free(w->sink_head);
     free(w->pos); free(w->seg_row); free(w->seg_list); free(w->row_seg);
+    free(w->moe_logits); free(w->moe_sel); free(w->moe_wt); free(w->moe_rows); free(w->moe_count);
+    free(w->moe_x); free(w->moe_g); free(w->moe_u); free(w->moe_acc);
     free(w);
 }
 
 /* y[T][rows] = x[T][cols] . W^T  (the linear layer `id` of layer l) */
 static void matmul(const model *m, model_work *w, int l, model_mm_id id, const model_mat *W, const float *x, float *y,
                    int T) {
-    if (w->tap && id != MODEL_MM_WK && id != MODEL_MM_WV && id != MODEL_MM_UP)
+    if (w->tap && id <= MODEL_MM_OUTPUT && id != MODEL_MM_WK && id != MODEL_MM_WV && id != MODEL_MM_UP)
         w->tap(w->hook_user, l, id, x, T, (int)W->cols);
     if (w->mm_hook && w->mm_hook(w->hook_user, l, id, W, x, y, T)) return;
     if (W->packed) kern_matmul_packed(m->pool, w->mm, W->packed, W->type, x, y, T, W->rows, W->cols);
@@ -108,6 +129,13 @@ typedef struct {
     _Atomic int next;         /* the next unclaimed entry of list */
 } attn_job;
 
+/* the layer's attention shape: its window, the family's scale and soft-cap */
+static kern_attn_dims layer_dims(const model *m, int l, int T, int q_pos0) {
+    const model_config *c = &m->cfg;
+    return (kern_attn_dims){.T = T, .H = c->n_heads, .Hkv = c->n_kv_heads, .D = c->head_dim, .q_pos0 = q_pos0,
+                            .scale = c->attn_scale, .softcap = c->attn_softcap, .window = m->layers[l].swa_window};
+}
+
 static void attend_segment(const model *m, model_work *w, core_pool *pool, void *scratch, int l,
                            const model_segment *sg, int r0, const kern_rope_params *rope) {
     const model_config *c = &m->cfg;
@@ -118,7 +146,7 @@ static void attend_segment(const model *m, model_work *w, core_pool *pool, void 
     kern_kv_view view;
     kv_view(kv, l, pos0 + n, &view);
     if (kv->rope_on_read) view.rope_k = rope;
-    const kern_attn_dims dims = {n, c->n_heads, c->n_kv_heads, D, pos0, 0};
+    const kern_attn_dims dims = layer_dims(m, l, n, pos0);
     const float *q = w->q + (size_t)r0 * QD;
     float *out = w->xb2 + (size_t)r0 * QD;
     if (w->attn == MODEL_ATTN_FLASH) {
@@ -163,9 +191,11 @@ static void attention(const model *m, model_work *w, int l, const model_segment 
  * or on the other rows; one decoding sequence stays on the caller, where a
  * pool round trip would cost more than the work):
  *   ROWS_NORM    x[t] += xb[t] if resid, then xb[t] = RMSNorm(x[t]) if norm
- *   ROWS_QKV     RoPE on q[t] and k[t], K and V rows into the row's cache
- *   ROWS_SWIGLU  hb[t] = silu(hb[t]) * hb2[t] */
-typedef enum { ROWS_NORM, ROWS_QKV, ROWS_SWIGLU } rows_stage;
+ *   ROWS_POST    xb[t] = RMSNorm(xb[t]) (gemma's post-attention / post-FFN norms), + bias first if any
+ *   ROWS_QKV     biases, per-head q/k RMSNorm, RoPE on q[t] and k[t], K and V
+ *                rows into the row's cache
+ *   ROWS_GLU     hb[t] = act(hb[t]) * hb2[t] (SiLU or tanh-GELU) */
+typedef enum { ROWS_NORM, ROWS_POST, ROWS_QKV, ROWS_GLU } rows_stage;
 typedef struct {
     const model *m;
     model_work *w;
@@ -173,9 +203,13 @@ typedef struct {
     rows_stage stage;
     int T, layer;
     bool resid;
-    const float *norm;
+    const float *norm, *bias;
     const kern_rope_params *rope;
 } rows_job;
+
+static void add_bias(float *x, const float *b, int n) {
+    for (int i = 0; i < n; i++) x[i] += b[i];
+}
 
 static void rows_do(const rows_job *j, int t0, int t1) {
     const model_config *c = &j->m->cfg;
@@ -190,21 +224,38 @@ static void rows_do(const rows_job *j, int t0, int t1) {
             if (j->norm) kern_rmsnorm(xb, x, j->norm, C, c->norm_eps);
         }
         break;
-    case ROWS_QKV:
+    case ROWS_POST:
+        for (int t = t0; t < t1; t++) {
+            float *xb = w->xb + (size_t)t * C;
+            if (j->bias) add_bias(xb, j->bias, C);
+            if (j->norm) kern_rmsnorm(xb, xb, j->norm, C, c->norm_eps);
+        }
+        break;
+    case ROWS_QKV: {
+        const model_layer *L = &j->m->layers[j->layer];
         for (int t = t0; t < t1; t++) {
             kv_store *kv = j->seg[w->row_seg[t]].kv;
             const kern_from_float_fn to_row = kern_ops(kv->type)->from_float; /* float K/V row -> cache type */
-            kern_rope(w->q + (size_t)t * QD, c->n_heads, D, w->pos[t], j->rope);
-            if (!kv->rope_on_read) kern_rope(w->k + (size_t)t * KVD, c->n_kv_heads, D, w->pos[t], j->rope);
+            float *q = w->q + (size_t)t * QD, *k = w->k + (size_t)t * KVD;
+            if (L->bq) add_bias(q, L->bq, QD), add_bias(k, L->bk, KVD), add_bias(w->v + (size_t)t * KVD, L->bv, KVD);
+            if (L->q_norm) { /* each head normalized over its D dims */
+                for (int h = 0; h < c->n_heads; h++) kern_rmsnorm(q + (size_t)h * D, q + (size_t)h * D, L->q_norm, D, c->norm_eps);
+                for (int h = 0; h < c->n_kv_heads; h++) kern_rmsnorm(k + (size_t)h * D, k + (size_t)h * D, L->k_norm, D, c->norm_eps);
+            }
+            kern_rope(q, c->n_heads, D, w->pos[t], j->rope);
+            if (!kv->rope_on_read) kern_rope(k, c->n_kv_heads, D, w->pos[t], j->rope);
             uint8_t *krow, *vrow;
             kv_row(kv, j->layer, w->pos[t], &krow, &vrow);
             kv_write_row(kv, to_row, w->k + (size_t)t * KVD, krow, D);
             kv_write_row(kv, to_row, w->v + (size_t)t * KVD, vrow, D);
         }
         break;
-    case ROWS_SWIGLU: {
+    }
+    case ROWS_GLU: {
         const size_t F = (size_t)c->hidden_dim;
-        kern_swiglu(w->hb + (size_t)t0 * F, w->hb + (size_t)t0 * F, w->hb2 + (size_t)t0 * F, (int64_t)(t1 - t0) * (int64_t)F);
+        float *h = w->hb + (size_t)t0 * F, *u = w->hb2 + (size_t)t0 * F;
+        if (c->act == MODEL_ACT_GELU_TANH) kern_geglu(h, h, u, (int64_t)(t1 - t0) * (int64_t)F);
+        else kern_swiglu(h, h, u, (int64_t)(t1 - t0) * (int64_t)F);
         break;
     }
     }
@@ -227,6 +278,83 @@ static void rows_norm(const model *m, model_work *w, int T, bool resid, const fl
     rows_run(&j);
 }
 
+/* xb = RMSNorm(xb + bias) with either part optional; nothing when both are NULL */
+static void rows_post(const model *m, model_work *w, int T, const float *bias, const float *norm) {
+    if (!bias && !norm) return;
+    const rows_job j = {.m = m, .w = w, .stage = ROWS_POST, .T = T, .norm = norm, .bias = bias};
+    rows_run(&j);
+}
+
+/* ---- routed experts (qwen3moe, Mixtral) --------------------------------------
+ * xb (T, C) -> xb: per token the router's softmax over E experts, the top K
+ * (largest first), their weights renormalized to sum 1 (llama.cpp clamps the
+ * sum at 6.1e-5) and scaled; each expert's SwiGLU FFN over the tokens routed
+ * to it, gathered into one matmul (its weights read once per step); then
+ * per token the K outputs x weight, summed in selection order.  A row's bits
+ * do not depend on the other rows (every matmul row is its own vec_dot). */
+static void moe_route(const model *m, model_work *w, int l, int T) {
+    const model_config *c = &m->cfg;
+    const int E = c->n_expert, K = c->n_expert_used;
+    matmul(m, w, l, MODEL_MM_ROUTER, &m->layers[l].router, w->xb, w->moe_logits, T); /* (T, E) */
+    for (int t = 0; t < T; t++) {
+        float *p = w->moe_logits + (size_t)t * E;
+        kern_softmax_ref(p, E);
+        int32_t *sel = w->moe_sel + (size_t)t * K;
+        float *wt = w->moe_wt + (size_t)t * K, sum = 0.0f;
+        for (int k = 0; k < K; k++) { /* the k-th largest, lowest index first among equals */
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                bool taken = false;
+                for (int i = 0; i < k && !taken; i++) taken = sel[i] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            sel[k] = best;
+            wt[k] = p[best];
+            sum += p[best];
+        }
+        const float div = sum > 6.103515625e-5f ? sum : 6.103515625e-5f;
+        for (int k = 0; k < K; k++) wt[k] = wt[k] / div * c->expert_scale;
+    }
+}
+
+static void moe_ffn(const model *m, model_work *w, int l, int T) {
+    const model_config *c = &m->cfg;
+    const model_layer *L = &m->layers[l];
+    const int E = c->n_expert, K = c->n_expert_used, C = c->dim, Fe = c->expert_hidden;
+    moe_route(m, w, l, T);
+    /* counting sort of the T*K (token, slot) pairs by expert */
+    int32_t *cnt = w->moe_count;
+    for (int e = 0; e <= E; e++) cnt[e] = 0;
+    for (int i = 0; i < T * K; i++) cnt[w->moe_sel[i] + 1]++;
+    for (int e = 0; e < E; e++) cnt[e + 1] += cnt[e];
+    for (int i = 0; i < T * K; i++) w->moe_rows[cnt[w->moe_sel[i]]++] = i; /* cnt[e] becomes the end of e's run */
+    for (int e = 0, r0 = 0; e < E; r0 = cnt[e], e++) {
+        const int n = cnt[e] - r0;
+        if (n == 0) continue; /* no token chose it: its weights are not read */
+        const int32_t *rows = w->moe_rows + r0;
+        for (int i = 0; i < n; i++)
+            memcpy(w->moe_x + (size_t)i * C, w->xb + (size_t)(rows[i] / K) * C, (size_t)C * sizeof(float));
+        const model_mm_id id[2] = {MODEL_MM_EXPERT, MODEL_MM_EXPERT};
+        const model_mat *gu[2] = {&L->gate_exps[e], &L->up_exps[e]};
+        float *y[2] = {w->moe_g, w->moe_u};
+        matmul_n(m, w, l, id, gu, w->moe_x, y, 2, n);
+        kern_swiglu(w->moe_g, w->moe_g, w->moe_u, (int64_t)n * Fe);
+        matmul(m, w, l, MODEL_MM_EXPERT, &L->down_exps[e], w->moe_g, w->moe_x, n); /* (n, C) */
+        for (int i = 0; i < n; i++) {
+            const float a = w->moe_wt[rows[i]], *src = w->moe_x + (size_t)i * C;
+            float *dst = w->moe_acc + (size_t)rows[i] * C;
+            for (int d = 0; d < C; d++) dst[d] = src[d] * a;
+        }
+    }
+    for (int t = 0; t < T; t++) { /* slot 0 + slot 1 + ... in selection order */
+        float *out = w->xb + (size_t)t * C;
+        const float *a = w->moe_acc + (size_t)t * K * C;
+        memcpy(out, a, (size_t)C * sizeof(float));
+        for (int k = 1; k < K; k++)
+            for (int d = 0; d < C; d++) out[d] += a[(size_t)k * C + d];
+    }
+}
+
 /* One pass over a batch of segments (model.h, model_forward_batch): every
  * matmul runs over all T = sum(n_i) rows at once (weights read once per
  * step), RMSNorm / RoPE per row at the row's own position, attention per
@@ -236,14 +364,15 @@ static void forward_batch(const model *m, model_work *w, const model_segment *se
     const int C = c->dim;
     const kern_type_traits *et = kern_type_get(m->tok_embd.type);
     const size_t erow = kern_row_bytes(m->tok_embd.type, C);
-    const kern_rope_params rope = {c->rope_dim, c->rope_base, c->rope_neox};
 
-    /* token embeddings: x[t] = E[token_t]; row t is token j of segment s at
-     * cache index pos[t] = kv_s->n_pos + j */
+    /* token embeddings: x[t] = E[token_t] (x sqrt(C) for gemma); row t is
+     * token j of segment s at cache index pos[t] = kv_s->n_pos + j */
     for (int s = 0, t = 0; s < n_seg; s++)
         for (int j = 0; j < seg[s].n; j++, t++) {
-            et->to_float((const uint8_t *)m->tok_embd.data + (size_t)seg[s].tokens[j] * erow, w->x + (size_t)t * C,
-                         C);
+            float *x = w->x + (size_t)t * C;
+            et->to_float((const uint8_t *)m->tok_embd.data + (size_t)seg[s].tokens[j] * erow, x, C);
+            if (c->embd_scale != 1.0f)
+                for (int i = 0; i < C; i++) x[i] *= c->embd_scale;
             w->pos[t] = seg[s].kv->n_pos + j;
             w->row_seg[t] = s;
         }
@@ -251,8 +380,10 @@ static void forward_batch(const model *m, model_work *w, const model_segment *se
     rows_norm(m, w, T, false, m->layers[0].attn_norm); /* xb = RMSNorm(x) for layer 0's attention */
     for (int l = 0; l < c->n_layers; l++) {
         const model_layer *L = &m->layers[l];
+        const kern_rope_params rope = {c->rope_dim, L->rope_base, c->rope_neox, m->rope_freqs, L->rope_scale,
+                                       c->rope_mscale};
 
-        /* attention block: x += Wo . attn(rope(Wq xn), rope(Wk xn), Wv xn) */
+        /* attention block: x += post_norm(Wo . attn(rope(qnorm(Wq xn + bq)), rope(knorm(Wk xn + bk)), Wv xn + bv)) */
         const model_mm_id qkv_id[3] = {MODEL_MM_WQ, MODEL_MM_WK, MODEL_MM_WV};
         const model_mat *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
         float *qkv_y[3] = {w->q, w->k, w->v};                    /* (T, H*D), (T, Hkv*D), (T, Hkv*D) */
@@ -261,17 +392,23 @@ static void forward_batch(const model *m, model_work *w, const model_segment *se
         rows_run(&qkv);
         attention(m, w, l, seg, n_seg, &rope);
         matmul(m, w, l, MODEL_MM_WO, &L->wo, w->xb2, w->xb, T);  /* (T, C) */
-        rows_norm(m, w, T, true, L->ffn_norm);                     /* x += Wo ...; xb = RMSNorm(x) */
+        rows_post(m, w, T, L->bo, L->post_attn_norm);
+        rows_norm(m, w, T, true, L->ffn_norm);                     /* x += ...; xb = RMSNorm(x) */
 
-        /* feed-forward block: x += W_down . (silu(W_gate xn) * W_up xn) */
-        const model_mm_id glu_id[2] = {MODEL_MM_GATE, MODEL_MM_UP};
-        const model_mat *glu_w[2] = {&L->w_gate, &L->w_up};
-        float *glu_y[2] = {w->hb, w->hb2};                         /* (T, F) each */
-        matmul_n(m, w, l, glu_id, glu_w, w->xb, glu_y, 2, T);
-        const rows_job glu = {.m = m, .w = w, .stage = ROWS_SWIGLU, .T = T};
-        rows_run(&glu);
-        matmul(m, w, l, MODEL_MM_DOWN, &L->w_down, w->hb, w->xb, T);  /* (T, C) */
-        /* x += W_down ...; and the next layer's attention input */
+        /* feed-forward block: x += post_norm(W_down . (act(W_gate xn) * W_up xn)), or the routed experts' */
+        if (c->n_expert > 0) {
+            moe_ffn(m, w, l, T);
+        } else {
+            const model_mm_id glu_id[2] = {MODEL_MM_GATE, MODEL_MM_UP};
+            const model_mat *glu_w[2] = {&L->w_gate, &L->w_up};
+            float *glu_y[2] = {w->hb, w->hb2};                     /* (T, F) each */
+            matmul_n(m, w, l, glu_id, glu_w, w->xb, glu_y, 2, T);
+            const rows_job glu = {.m = m, .w = w, .stage = ROWS_GLU, .T = T};
+            rows_run(&glu);
+            matmul(m, w, l, MODEL_MM_DOWN, &L->w_down, w->hb, w->xb, T);  /* (T, C) */
+        }
+        rows_post(m, w, T, NULL, L->post_ffn_norm);
+        /* x += ...; and the next layer's attention input */
         rows_norm(m, w, T, true, l + 1 < c->n_layers ? m->layers[l + 1].attn_norm : NULL);
     }
     if (w->sink_n) w->sink_queries += (int64_t)T * c->n_heads;
@@ -280,7 +417,7 @@ static void forward_batch(const model *m, model_work *w, const model_segment *se
     if (!logits) return;
     /* final norm and classifier over the rows that want logits, packed in
      * segment order: all rows of a MODEL_LOGITS_ALL segment, the last row
-     * of a MODEL_LOGITS_LAST one */
+     * of a MODEL_LOGITS_LAST one; soft-capped for gemma2 */
     int nrows = 0;
     for (int s = 0, r0 = 0; s < n_seg; r0 += seg[s].n, s++) {
         const int first = seg[s].logits == MODEL_LOGITS_ALL ? r0 : r0 + seg[s].n - 1;
@@ -288,7 +425,9 @@ static void forward_batch(const model *m, model_work *w, const model_segment *se
         for (int t = first; t < r0 + seg[s].n; t++, nrows++)
             kern_rmsnorm(w->xb + (size_t)nrows * C, w->x + (size_t)t * C, m->out_norm, C, c->norm_eps);
     }
-    if (nrows) matmul(m, w, -1, MODEL_MM_OUTPUT, &m->output, w->xb, logits, nrows);  /* (nrows, V) */
+    if (!nrows) return;
+    matmul(m, w, -1, MODEL_MM_OUTPUT, &m->output, w->xb, logits, nrows);  /* (nrows, V) */
+    if (c->final_softcap > 0.0f) kern_softcap(logits, (int64_t)nrows * c->vocab_size, c->final_softcap);
 }
 
 int model_batch_logit_rows(const model_segment *seg, int n_seg) {

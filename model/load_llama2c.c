@@ -72,6 +72,7 @@ kvant_code model_load_llama2c(model *m, const char *path, const char *tokenizer_
                          "(dim %d, %d heads)", path, c->dim, c->n_heads);
     c->head_dim = c->dim / c->n_heads;
     c->rope_dim = c->head_dim;
+    model_config_set_defaults(c);
     if ((rc = model_check_config(c, path, st))) return rc;
 
     const int64_t C = c->dim, F = c->hidden_dim, L = c->n_layers, V = c->vocab_size, D = c->head_dim;
@@ -116,6 +117,8 @@ kvant_code model_load_llama2c(model *m, const char *path, const char *tokenizer_
         ly->w_gate = mat(w1, l, F, C);
         ly->w_down = mat(w2, l, C, F);
         ly->w_up = mat(w3, l, F, C);
+        ly->rope_base = c->rope_base;
+        ly->rope_scale = 1.0f;
         static const char *suffix[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
                                        "ffn_norm", "ffn_gate", "ffn_down", "ffn_up"};
         const int64_t shape[9][2] = {{C, 1}, {C, QD}, {C, KVD}, {C, KVD}, {QD, C}, {C, 1}, {C, F}, {F, C}, {C, F}};

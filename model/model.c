@@ -1,4 +1,5 @@
 /* model.c - open / close a model and validate its config. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,11 +43,23 @@ void model_close(model *m) {
     gguf_close(m->gguf);
     core_unmap(&m->map);
     free(m->owned);
+    free(m->expert_mats);
     for (int i = 0; i < m->n_packed; i++) free(m->packed[i]);
     free(m->packed);
     free(m->layers);
     free(m->tensors);
     free(m);
+}
+
+void model_config_set_defaults(model_config *c) {
+    if (!c->arch[0]) snprintf(c->arch, sizeof c->arch, "llama");
+    c->rope_base_swa = c->rope_base;
+    c->rope_scale = 1.0f;
+    c->rope_mscale = 1.0f;
+    c->expert_scale = 1.0f;
+    c->act = MODEL_ACT_SILU;
+    c->embd_scale = 1.0f;
+    c->attn_scale = c->head_dim > 0 ? 1.0f / sqrtf((float)c->head_dim) : 1.0f;
 }
 
 /* Limits keep a hostile header from asking for absurd buffers: the largest
@@ -67,6 +80,40 @@ kvant_code model_check_config(const model_config *c, const char *path, kvant_sta
     if (c->n_ctx_train <= 0 || c->n_ctx_train > (1 << 22)) BAD("%s: context length %d out of range", path, c->n_ctx_train);
     if (!(c->norm_eps > 0 && c->norm_eps < 1)) BAD("%s: RMSNorm epsilon %g out of range", path, c->norm_eps);
     if (!(c->rope_base > 1 && c->rope_base < 1e12f)) BAD("%s: rope base %g out of range", path, c->rope_base);
+    if (!(c->rope_base_swa > 1 && c->rope_base_swa < 1e12f))
+        BAD("%s: sliding-window rope base %g out of range", path, c->rope_base_swa);
+    if (!(c->rope_scale > 0 && c->rope_scale <= 1)) BAD("%s: rope scale %g out of range (0, 1]", path, c->rope_scale);
+    if (!(c->rope_mscale > 0 && c->rope_mscale < 100)) BAD("%s: rope attention factor %g out of range", path, c->rope_mscale);
+    if (!(c->expert_scale > 0 && c->expert_scale < 1e6f)) BAD("%s: expert weights scale %g out of range", path, c->expert_scale);
+    if (c->swa_window < 0) BAD("%s: sliding window %d out of range", path, c->swa_window);
+    if (!(c->attn_scale > 0 && c->attn_scale < 1e3f)) BAD("%s: attention scale %g out of range", path, c->attn_scale);
+    if (!(c->attn_softcap >= 0 && c->attn_softcap < 1e6f) || !(c->final_softcap >= 0 && c->final_softcap < 1e6f))
+        BAD("%s: soft-capping values out of range", path);
+    if (!(c->embd_scale > 0 && c->embd_scale < 1e6f)) BAD("%s: embedding scale %g out of range", path, c->embd_scale);
+    if (c->n_expert < 0 || c->n_expert > 1024 || c->n_expert_used < 0 || c->n_expert_used > c->n_expert ||
+        (c->n_expert > 0 && (c->n_expert_used < 1 || c->expert_hidden <= 0 || c->expert_hidden > (1 << 18))))
+        BAD("%s: expert counts out of range (%d experts, %d used, width %d)", path, c->n_expert, c->n_expert_used,
+            c->expert_hidden);
 #undef BAD
     return KVANT_OK;
+}
+
+int model_layer_n_mats(const model_layer *L, int n_expert) {
+    return n_expert > 0 ? 5 + 3 * n_expert : 7;
+}
+
+int model_layer_mats(model_layer *L, int n_expert, model_mat **out, int max) {
+    model_mat *all[4 + 3 * 1024 + 3];
+    int n = 0;
+    all[n++] = &L->wq, all[n++] = &L->wk, all[n++] = &L->wv, all[n++] = &L->wo;
+    if (n_expert > 0) {
+        all[n++] = &L->router;
+        for (int e = 0; e < n_expert && e < 1024; e++)
+            all[n++] = &L->gate_exps[e], all[n++] = &L->up_exps[e], all[n++] = &L->down_exps[e];
+    } else {
+        all[n++] = &L->w_gate, all[n++] = &L->w_up, all[n++] = &L->w_down;
+    }
+    int k = 0;
+    for (int i = 0; i < n && k < max; i++) out[k++] = all[i];
+    return k;
 }

@@ -12,19 +12,36 @@
 #include "kv/kv.h"
 #include "tok/tok.h"
 
+/* What the families differ in (model/arch.c has one row per architecture;
+ * the loader fills these from the row and the file's `{arch}.*` keys). */
+typedef enum { MODEL_ACT_SILU, MODEL_ACT_GELU_TANH } model_act;   /* the GLU's gate activation */
+
 typedef struct {
     int dim;          /* C */
-    int hidden_dim;   /* F */
+    int hidden_dim;   /* F (dense FFN) */
     int n_layers;
     int n_heads;      /* H */
     int n_kv_heads;   /* Hkv: H for MHA, 1 for MQA, between for GQA */
-    int head_dim;     /* D */
+    int head_dim;     /* D (H*D may differ from C: qwen3, gemma) */
     int vocab_size;   /* V */
     int n_ctx_train;
-    int rope_dim;     /* dims rotated per head (<= D) */
-    float rope_base;
+    int rope_dim;     /* dims rotated per head (<= D; phi3: partial rotary) */
+    float rope_base;  /* global layers */
+    float rope_base_swa;  /* sliding-window layers (gemma3's rope.freq_base_swa) */
+    float rope_scale; /* linear RoPE scaling: angles x rope_scale (1 = none) */
+    float rope_mscale;/* rotated dims x rope_mscale (rope.scaling.attn_factor; 1 = none) */
     bool rope_neox;
     float norm_eps;
+    char arch[32];    /* general.architecture */
+    model_act act;
+    float embd_scale;     /* x = E[token] * embd_scale (gemma: sqrt(C)); 1 = none */
+    float attn_scale;     /* scores = q.k * attn_scale (1/sqrt(D) unless the family says) */
+    float attn_softcap;   /* scores = cap * tanh(scores / cap) (gemma2); 0 = none */
+    float final_softcap;  /* logits likewise (gemma2); 0 = none */
+    int swa_window;       /* sliding-window layers see the last swa_window positions; 0 = no SWA */
+    int n_expert, n_expert_used;  /* MoE: 0 = dense */
+    int expert_hidden;    /* F_e: each expert's FFN width */
+    float expert_scale;   /* routed weights x expert_scale after renormalizing (1 = none) */
 } model_config;
 
 /* a weight matrix: `rows` rows of `cols` elements of `type` (ggml: ne[0] = cols) */
@@ -41,11 +58,31 @@ typedef struct {
     const float *attn_norm;   /* (C) */
     model_mat wq;             /* (H*D, C) */
     model_mat wk, wv;         /* (Hkv*D, C) */
+    const float *bq, *bk, *bv;/* (H*D), (Hkv*D): biases (qwen2), NULL when absent */
+    const float *q_norm, *k_norm; /* (D): RMSNorm of each head before RoPE (qwen3, gemma3), NULL when absent */
     model_mat wo;             /* (C, H*D) */
+    const float *bo;          /* (C): output bias, or NULL */
+    const float *post_attn_norm; /* (C): RMSNorm of the attention output before the residual (gemma), or NULL */
     const float *ffn_norm;    /* (C) */
-    model_mat w_gate, w_up;   /* (F, C) */
+    model_mat w_gate, w_up;   /* (F, C) dense FFN (phi3's fused ffn_up: two row views) */
     model_mat w_down;         /* (C, F) */
+    const float *post_ffn_norm;  /* (C): likewise after the FFN (gemma), or NULL */
+    /* MoE (n_expert > 0): the router and each expert's matrices, views into
+     * the 3-D ffn_{gate,up,down}_exps tensors; w_gate/w_up/w_down unused */
+    model_mat router;         /* (E, C) ffn_gate_inp */
+    model_mat *gate_exps, *up_exps; /* [E] of (F_e, C) */
+    model_mat *down_exps;     /* [E] of (C, F_e) */
+    int swa_window;           /* 0: attends to every cached position; else the last swa_window */
+    float rope_base;          /* this layer's RoPE base */
+    float rope_scale;         /* and linear scaling */
 } model_layer;
+
+/* Every weight matrix of a layer (experts included), with its hook id:
+ * what packing, compression and training walk instead of a list of seven.
+ * Returns the count written (at most max; model_layer_n_mats() gives the
+ * total).  Absent matrices (the dense FFN of an MoE layer) are skipped. */
+int model_layer_n_mats(const model_layer *L, int n_expert);
+int model_layer_mats(model_layer *L, int n_expert, model_mat **out, int max);
 
 typedef struct {              /* a tensor as stored, for `kvant info` */
     char name[64];
@@ -63,6 +100,7 @@ typedef struct model {
     model_layer *layers;      /* n_layers */
     const float *out_norm;    /* (C) */
     model_mat output;         /* (V, C); the same data as tok_embd when tied */
+    const float *rope_freqs;  /* (rope_dim/2): Llama 3 frequency factors, each pair's angle / rope_freqs[i]; or NULL */
     bool tied_output;
     tok *tok;
     model_tensor *tensors;
@@ -70,12 +108,31 @@ typedef struct model {
     /* owners of the memory the views above point into */
     gguf_ctx *gguf;
     core_map map;             /* llama2.c checkpoints */
-    float *owned;             /* norms converted to F32 (freed at close) */
+    float *owned;             /* norms and biases converted to F32 (freed at close) */
+    model_mat *expert_mats;   /* the layers' gate/up/down_exps views (freed at close) */
     void **packed;            /* model_repack's buffers (n_packed of them) */
     int n_packed;
     size_t packed_bytes;
     core_pool *pool;
 } model;
+
+/* ---- architectures (model/arch.c) -------------------------------------------- */
+typedef struct {
+    const char *name;        /* general.architecture */
+    bool neox;
+    model_act act;
+    bool embd_sqrt;
+    bool need_bias, need_qk_norm, need_post_norms;
+    int swa_pattern;
+    bool moe;
+} model_arch;
+
+/* The row of architecture `name`, or NULL when kvant does not run it. */
+const model_arch *model_arch_find(const char *name);
+/* "llama, mistral, qwen2, ..." into buf (for messages). */
+void model_arch_names(char *buf, size_t cap);
+/* True for an `{arch}.<suffix>` key that changes nothing kvant computes. */
+bool model_arch_key_ignored(const char *suffix);
 
 /* Opens a GGUF or llama2.c checkpoint (chosen by the file's magic).
  * tokenizer_path: llama2.c tokenizer.bin (required for .bin checkpoints
@@ -92,6 +149,9 @@ kvant_code model_repack(model *m, kvant_status *st);
 /* loaders (model/load_*.c); on success they fill cfg, weights and tensors */
 kvant_code model_load_gguf(model *m, const char *path, kvant_status *st);
 kvant_code model_load_llama2c(model *m, const char *path, const char *tokenizer_path, kvant_status *st);
+/* The neutral values of the family fields (llama: no scales, caps, window
+ * or experts; attention scale 1/sqrt(head_dim)); dim..rope_base set first. */
+void model_config_set_defaults(model_config *c);
 /* checks a filled config for sane, bounded values */
 kvant_code model_check_config(const model_config *c, const char *path, kvant_status *st);
 
@@ -103,7 +163,7 @@ typedef enum { MODEL_ATTN_FLASH, MODEL_ATTN_NAIVE } model_attn;
 
 /* The linear layers of a layer (and the classifier), for hooks. */
 typedef enum { MODEL_MM_WQ, MODEL_MM_WK, MODEL_MM_WV, MODEL_MM_WO, MODEL_MM_GATE, MODEL_MM_UP, MODEL_MM_DOWN,
-               MODEL_MM_OUTPUT, MODEL_MM_COUNT } model_mm_id;
+               MODEL_MM_OUTPUT, MODEL_MM_ROUTER, MODEL_MM_EXPERT, MODEL_MM_COUNT } model_mm_id;
 
 /* Calibration tap: called with the input x (T rows of `cols` floats) of
  * every linear layer, before the matmul (wq/wk/wv share one input and
@@ -143,6 +203,12 @@ typedef struct {
     int *seg_row, *seg_list; /* (max_T) per segment: first row; decode segments */
     int *row_seg;            /* (max_T) per row: its segment */
     size_t attn_bytes;       /* attention scratch per thread */
+    /* MoE (n_expert > 0): router probabilities (T, E), per token the K chosen
+     * experts and weights (T, K), the (token, slot) pairs sorted by expert
+     * (T*K) with per-expert ends (E+1), an expert's gathered inputs (T, C),
+     * its gate / up (T, F_e), and each slot's weighted output (T, K, C) */
+    float *moe_logits, *moe_wt, *moe_x, *moe_g, *moe_u, *moe_acc;
+    int32_t *moe_sel, *moe_rows, *moe_count;
 } model_work;
 
 model_work *model_work_new(const model *m, int max_T, int n_ctx, model_attn attn, kvant_status *st);

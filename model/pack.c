@@ -53,8 +53,11 @@ kvant_code model_repack(model *m, kvant_status *st) {
     if (env && !strcmp(env, "0")) return KVANT_OK;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         model_layer *L = &m->layers[l];
-        model_mat *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
+        model_mat *mats[5 + 3 * 1024];
+        const int n = model_layer_mats(L, m->cfg.n_expert, mats, (int)(sizeof mats / sizeof *mats));
+        /* row views of one fused tensor (phi3's attn_qkv, an expert of ffn_*_exps) drop only the pages
+         * wholly inside them; a dropped page is read from the file again if touched */
+        for (int i = 0; i < n; i++)
             if (pack_one(m, mats[i], true, st) != KVANT_OK) return st->code;
     }
     /* a tied classifier shares its rows with the embedding, which stays in use */
