@@ -27,6 +27,8 @@ typedef struct {
     int n_layers;
     int n_gqa;           /* n_heads / n_kv_heads */
     bool tied_output;    /* no output.weight: token_embd doubles as it */
+    int n_expert;        /* {arch}.expert_count (0: dense) */
+    int n_attn_v;        /* attn_v-like tensors in the file (attn_v, attn_qkv); 0: n_layers */
     int i_attn_v, i_ffn_down;
     int n_fallback;
 } quant_chooser;

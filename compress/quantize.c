@@ -5,7 +5,11 @@
  * output.weight (or a tied token_embd) goes to Q6_K unless the target is
  * Q8_0; Q4_K_M / Q5_K_M give attn_v and ffn_down Q6_K on the layers
  * use_more_bits() picks; Q4_K_S gives the first layers' attn_v / ffn_down
- * Q5_K; rows that do not divide a type's block fall back. */
+ * Q5_K; rows that do not divide a type's block fall back.  Fused attn_qkv
+ * counts as attn_v (llama.cpp's category_is_attn_v); the experts' router
+ * (ffn_gate_inp) is never quantized; an ffn_*_exps tensor's layer is the one
+ * in its name; 8-expert models (Mixtral) get attn_v and attn_k in Q8_0 and
+ * attn_output in Q5_K for the K mixes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,30 +71,42 @@ static int fallback(quant_chooser *qc, const char *name, int64_t ncols, int type
 int quant_choose_type(quant_chooser *qc, const char *name, int n_dims, const int64_t *ne, int src_type, char *note,
                       size_t cap) {
     if (note && cap) note[0] = 0;
-    /* only matrices named *weight, never norms */
-    if (n_dims < 2 || !ends_with(name, "weight") || strstr(name, "_norm.weight")) return src_type;
+    /* only matrices named *weight, never norms or the experts' router (llama.cpp's tensor_allows_quantization) */
+    if (n_dims < 2 || !ends_with(name, "weight") || strstr(name, "_norm.weight") || strstr(name, "ffn_gate_inp.weight"))
+        return src_type;
     const quant_ftype *ft = qc->ft;
     int t = ft->base_type;
     if (qc->pure || !is_quantized(t)) return fallback(qc, name, ne[0], t, src_type, note, cap);
 
     const bool is_output = !strcmp(name, "output.weight") || (qc->tied_output && !strcmp(name, "token_embd.weight"));
+    const bool moe8 = qc->n_expert == 8;
     if (is_output) {
         if (ne[0] % kern_type_get(t)->block_size) t = KT_Q8_0;
         else if (t != KT_Q8_0) t = KT_Q6_K;
-    } else if (strstr(name, "attn_v.weight")) {
+    } else if (strstr(name, "attn_v.weight") || strstr(name, "attn_qkv.weight")) {
+        const int n = qc->n_attn_v > 0 ? qc->n_attn_v : qc->n_layers;
         if (t == KT_Q2_K) t = qc->n_gqa >= 4 ? KT_Q4_K : KT_Q3_K;
-        else if (ft->mix == MIX_K_M && (t == KT_Q4_K || t == KT_Q5_K) && use_more_bits(qc->i_attn_v, qc->n_layers))
+        else if (ft->mix == MIX_K_M && (t == KT_Q4_K || t == KT_Q5_K) && use_more_bits(qc->i_attn_v, n))
             t = KT_Q6_K;
         else if (ft->mix == MIX_K_S && t == KT_Q4_K && qc->i_attn_v < 4) t = KT_Q5_K;
+        if (moe8) t = KT_Q8_0; /* llama.cpp: ~128 MB on the 8-expert model */
         qc->i_attn_v++;
+    } else if (strstr(name, "attn_k.weight")) {
+        if (moe8) t = KT_Q8_0;
     } else if (strstr(name, "ffn_down")) {
-        const int i = qc->i_ffn_down, n = qc->n_layers;
+        int i = qc->i_ffn_down;
+        const int n = qc->n_layers;
+        if (qc->n_expert > 1 && sscanf(name, "blk.%d.", &i) != 1) i = qc->i_ffn_down; /* experts: the name's layer */
         if (t == KT_Q2_K) t = KT_Q3_K;
         else if (ft->mix == MIX_K_M && (t == KT_Q4_K || t == KT_Q5_K) && use_more_bits(i, n)) t = KT_Q6_K;
         else if (ft->mix == MIX_K_S && t == KT_Q4_K && i < n / 8) t = KT_Q5_K;
         qc->i_ffn_down++;
     } else if (strstr(name, "attn_output.weight")) {
-        if (t == KT_Q2_K) t = KT_Q3_K;
+        if (moe8) {
+            if (t == KT_Q2_K || (ft->mix != MIX_NONE && (t == KT_Q3_K || t == KT_Q4_K))) t = KT_Q5_K;
+        } else if (t == KT_Q2_K) {
+            t = KT_Q3_K;
+        }
     }
     return fallback(qc, name, ne[0], t, src_type, note, cap);
 }
@@ -147,7 +163,12 @@ kvant_code quant_file(const char *in_path, const char *out_path, const quant_par
     const int n_heads = get_u32(g, arch, "attention.head_count", 1);
     quant_chooser qc = {.ft = ft, .pure = p->pure, .n_layers = get_u32(g, arch, "block_count", 1),
                         .n_gqa = n_heads / get_u32(g, arch, "attention.head_count_kv", n_heads),
-                        .tied_output = !gguf_find_tensor(g, "output.weight")};
+                        .tied_output = !gguf_find_tensor(g, "output.weight"),
+                        .n_expert = get_u32(g, arch, "expert_count", 0)};
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const char *tn = gguf_tensor_at(g, i)->name;
+        qc.n_attn_v += strstr(tn, "attn_v.weight") || strstr(tn, "attn_qkv.weight");
+    }
 
     gguf_writer *w = gguf_writer_new();
     core_pool *pool = core_pool_new(p->n_threads > 0 ? p->n_threads : core_cpu_count());

@@ -215,6 +215,72 @@ static void test_refuses_what_it_would_ignore(void **state) {
     expect_refused(tmp_path("fam_arch.gguf"), "'mamba' is not supported (kvant runs: llama");
 }
 
+/* kvant quantize applies llama.cpp's per-tensor rules to the new tensor kinds:
+ * the router stays F32, fused attn_qkv counts as attn_v, experts take the
+ * layer of their name, 8-expert models keep attn_k / attn_v in Q8_0.  The
+ * expected types are what llama.cpp 34af94cd9's llama-quantize wrote for the
+ * same files (kvant's output was byte-identical to it); the quantized model
+ * then runs close to the F32 one. */
+static void expect_types(const char *path, const char *const (*want)[2], int n) {
+    kvant_status st;
+    gguf_ctx *g = gguf_open(path, &st);
+    assert_non_null(g);
+    for (int i = 0; i < n; i++) {
+        const gguf_tensor *t = gguf_find_tensor(g, want[i][0]);
+        if (!t) fail_msg("%s: no tensor %s", path, want[i][0]);
+        if (atoi(want[i][1]) != t->type) fail_msg("%s: %s has type %d, llama.cpp gives %s", path, want[i][0], t->type, want[i][1]);
+    }
+    gguf_close(g);
+}
+
+static void test_quantize_rules(void **state) {
+    (void)state;
+    kvant_status st;
+    kvant_quantize_params qp = {.type = "Q4_K_M", .quiet = true};
+    char in[4096];
+    snprintf(in, sizeof in, "%s", shared_path("reference/arch/qwen3moe.gguf"));
+    assert_int_equal(kvant_quantize(in, tmp_path("fam_moe_q4km.gguf"), &qp, &st), KVANT_OK);
+    static const char *const moe[][2] = {
+        {"output.weight", "14"},          {"token_embd.weight", "12"},      {"blk.0.attn_k.weight", "8"},
+        {"blk.0.attn_v.weight", "8"},     {"blk.0.attn_q.weight", "12"},    {"blk.0.attn_output.weight", "13"},
+        {"blk.0.ffn_gate_inp.weight", "0"}, {"blk.0.ffn_down_exps.weight", "6"}, {"blk.1.ffn_down_exps.weight", "8"},
+        {"blk.0.ffn_gate_exps.weight", "12"}, {"blk.1.ffn_up_exps.weight", "12"}, {"blk.0.attn_q_norm.weight", "0"},
+    };
+    expect_types(tmp_path("fam_moe_q4km.gguf"), moe, (int)(sizeof moe / sizeof *moe));
+    snprintf(in, sizeof in, "%s", shared_path("reference/arch/phi3.gguf"));
+    assert_int_equal(kvant_quantize(in, tmp_path("fam_phi3_q4km.gguf"), &qp, &st), KVANT_OK);
+    static const char *const phi[][2] = {
+        {"blk.0.attn_qkv.weight", "12"}, {"blk.1.attn_qkv.weight", "14"}, {"blk.0.ffn_down.weight", "12"},
+        {"blk.1.ffn_down.weight", "14"}, {"blk.0.ffn_up.weight", "12"},   {"blk.0.attn_output.weight", "12"},
+    };
+    expect_types(tmp_path("fam_phi3_q4km.gguf"), phi, (int)(sizeof phi / sizeof *phi));
+    /* Q8_0 copies run and stay near their F32 logits.  These random heavy-tailed weights
+     * are far more sensitive than a trained model's (dense Q8_0: NMSE 1.6e-3 on qwen3), and
+     * the MoE's router flips experts whose probabilities are near-equal (2.4e-2); a
+     * broken expert path gives NMSE near 1, which is what the bound catches */
+    qp.type = "Q8_0";
+    snprintf(in, sizeof in, "%s", shared_path("reference/arch/qwen3moe.gguf"));
+    assert_int_equal(kvant_quantize(in, tmp_path("fam_moe_q4km.gguf"), &qp, &st), KVANT_OK);
+    snprintf(in, sizeof in, "%s", shared_path("reference/arch/phi3.gguf"));
+    assert_int_equal(kvant_quantize(in, tmp_path("fam_phi3_q4km.gguf"), &qp, &st), KVANT_OK);
+    int32_t ids[N_IDS];
+    assert_int_equal(read_ids(ids), N_IDS);
+    const char *fam[2] = {"qwen3moe", "phi3"}, *q[2] = {"fam_moe_q4km.gguf", "fam_phi3_q4km.gguf"}; /* now Q8_0 */
+    for (int k = 0; k < 2; k++) {
+        kvant_model *a = open_family(fam[k], 2);
+        kvant_model_params p = {.n_threads = 2};
+        kvant_model *b = kvant_model_open(tmp_path(q[k]), &p, &st);
+        if (!b) fail_msg("%s: %s", q[k], st.msg);
+        float *x = run(a, ids, N_IDS, "flash", "paged", 0, false), *y = run(b, ids, N_IDS, "flash", "paged", 0, false);
+        double num = 0, den = 0;
+        for (int i = 0; i < N_IDS * 512; i++) num += (x[i] - y[i]) * (double)(x[i] - y[i]), den += (double)x[i] * x[i];
+        print_message("%s Q8_0 vs F32: NMSE %.2e\n", fam[k], num / den);
+        assert_true(num / den < 0.1);
+        free(x), free(y);
+        kvant_model_free(a), kvant_model_free(b);
+    }
+}
+
 /* info reports what each family adds */
 static void test_info_fields(void **state) {
     (void)state;
@@ -253,6 +319,7 @@ int main(void) {
         cmocka_unit_test(test_decode_equals_batch),
         cmocka_unit_test(test_refuses_what_it_would_ignore),
         cmocka_unit_test(test_info_fields),
+        cmocka_unit_test(test_quantize_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
