@@ -67,15 +67,9 @@ kvant_code kvant_perplexity(kvant_model *m, const char *text, size_t len, const 
     const double t0 = core_time_ms();
 
     /* tokenize everything once, BOS first */
-    if (len > (size_t)INT32_MAX / 2) return core_fail(st, KVANT_ERR_ARG, "text too long");
-    int cap = (int)len + 16;
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)cap);
-    if (!toks) return core_fail(st, KVANT_ERR_NOMEM, "out of memory");
-    const int n_tok = kvant_tokenize(m, text, len, true, toks, cap);
-    if (n_tok < 0) {
-        free(toks);
-        return core_fail(st, KVANT_ERR_ARG, "cannot tokenize the text");
-    }
+    int n_tok;
+    int32_t *toks = kvant_tokenize_all(m, text, len, true, &n_tok, st);
+    if (!toks) return st->code;
     r->n_text_tokens = n_tok;
 
     int total;
@@ -162,15 +156,13 @@ kvant_code kvant_stream_ppl(kvant_model *m, const char *text, size_t len, const 
     if (!full && p->window < 1) return core_fail(st, KVANT_ERR_ARG, "policy %s needs a window", p->policy);
     kvant_model_info in;
     kvant_model_get_info(m, &in);
-    if (len > (size_t)INT32_MAX / 2) return core_fail(st, KVANT_ERR_ARG, "text too long");
-    int32_t *toks = malloc(sizeof(int32_t) * (len + 16));
-    float *lg = malloc(sizeof(float) * (size_t)in.vocab_size);
+    int n_tok;
+    int32_t *toks = kvant_tokenize_all(m, text, len, true, &n_tok, st);
+    float *lg = toks ? malloc(sizeof(float) * (size_t)in.vocab_size) : NULL;
     if (!toks || !lg) {
         free(toks);
-        free(lg);
-        return core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+        return toks ? core_fail(st, KVANT_ERR_NOMEM, "out of memory") : st->code;
     }
-    int n_tok = kvant_tokenize(m, text, len, true, toks, (int)len + 16);
     int n = n_tok - 1; /* targets 1 .. n_tok-1 */
     if (p->max_tokens > 0 && p->max_tokens < n) n = p->max_tokens;
     kvant_seq_params sp = kvant_seq_default();

@@ -36,9 +36,9 @@ static kvant_code run_text(kvant_model *km, const model *m, const char *text, si
                            kvant_status *st) {
     if (len > (size_t)INT32_MAX / 2) return core_fail(st, KVANT_ERR_ARG, "calibration text too long");
     if (ctx < 2) return core_fail(st, KVANT_ERR_ARG, "calibration chunk of %d tokens too small", ctx);
-    int32_t *toks = malloc(sizeof(int32_t) * (len + 16));
-    if (!toks) return core_fail(st, KVANT_ERR_NOMEM, "out of memory");
-    int n = kvant_tokenize(km, text, len, true, toks, (int)len + 16);
+    int n;
+    int32_t *toks = kvant_tokenize_all(km, text, len, true, &n, st);
+    if (!toks) return st->code;
     if (n < 2) {
         free(toks);
         return core_fail(st, KVANT_ERR_ARG, "calibration text has no tokens");

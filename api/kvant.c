@@ -1,4 +1,5 @@
 /* kvant.c - the public API (include/kvant.h) over the modules. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +97,29 @@ void kvant_model_tensor(const kvant_model *km, int i, kvant_tensor_info *o) {
 
 int kvant_tokenize(const kvant_model *km, const char *text, size_t len, bool add_bos, int32_t *tokens, int max) {
     return tok_encode(km->m->tok, text, len, add_bos, false, tokens, max);
+}
+
+int32_t *kvant_tokenize_all(const kvant_model *km, const char *text, size_t len, bool add_bos, int *n,
+                            kvant_status *st) {
+    *n = 0;
+    if (len > (size_t)INT32_MAX / 4) {
+        core_fail(st, KVANT_ERR_ARG, "text of %zu bytes is too long to tokenize at once", len);
+        return NULL;
+    }
+    int cap = (int)len + 16;
+    for (int tries = 0; tries < 2; tries++) {
+        int32_t *t = malloc(sizeof(int32_t) * (size_t)cap);
+        const int got = t ? tok_encode(km->m->tok, text, len, add_bos, false, t, cap) : INT_MIN;
+        if (got >= 0) {
+            *n = got;
+            return t;
+        }
+        free(t);
+        if (got == INT_MIN) break;
+        cap = -got; /* the count it needs */
+    }
+    core_fail(st, KVANT_ERR_NOMEM, "out of memory tokenizing %zu bytes", len);
+    return NULL;
 }
 
 bool kvant_token_is_eog(const kvant_model *km, int32_t token) { return tok_is_eog(km->m->tok, token); }

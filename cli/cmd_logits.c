@@ -96,11 +96,8 @@ int cmd_logits(int argc, char **argv) {
     kvant_model_info in;
     kvant_model_get_info(m, &in);
     if (prompt) {
-        const size_t len = strlen(prompt);
-        const int cap = (int)len + 8;
-        ids = malloc((size_t)cap * sizeof *ids);
-        n = ids ? kvant_tokenize(m, prompt, len, true, ids, cap) : -1;
-        if (n <= 0) {
+        ids = kvant_tokenize_all(m, prompt, strlen(prompt), true, &n, &st);
+        if (!ids || n <= 0) {
             fprintf(stderr, "kvant logits: cannot tokenize the prompt\n");
             free(ids);
             kvant_model_free(m);

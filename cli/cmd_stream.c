@@ -141,8 +141,8 @@ int cmd_attn_stats(int argc, char **argv) {
     }
     kvant_model_info in;
     kvant_model_get_info(m, &in);
-    int32_t *toks = malloc(sizeof(int32_t) * (n + 16));
-    const int nt = kvant_tokenize(m, text, n, true, toks, (int)n + 16);
+    int nt;
+    int32_t *toks = kvant_tokenize_all(m, text, n, true, &nt, &st);
     kvant_seq_params sp = kvant_seq_default();
     sp.n_ctx = c;
     sp.attn = "naive";

@@ -101,6 +101,11 @@ void kvant_model_tensor(const kvant_model *m, int i, kvant_tensor_info *out);
  * or -(needed) if max_tokens is too small. */
 int kvant_tokenize(const kvant_model *m, const char *text, size_t len, bool add_bos,
                    int32_t *tokens, int max_tokens);
+/* The whole text's tokens in a malloc'd array of *n (the caller frees it):
+ * no guess at the count (byte fallback can give 3 tokens for one byte).
+ * NULL + st when out of memory. */
+int32_t *kvant_tokenize_all(const kvant_model *m, const char *text, size_t len, bool add_bos, int *n,
+                            kvant_status *st);
 /* Bytes that `token` adds to the text when it follows `prev` (-1 at start).
  * Writes at most cap bytes, returns the byte count. */
 int kvant_token_to_piece(const kvant_model *m, int32_t prev, int32_t token, char *buf, int cap);
