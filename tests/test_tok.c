@@ -535,7 +535,7 @@ static void test_gguf_errors(void **state) {
         {{"bert", NULL, 2, toks, NULL, 0, NULL}, KVANT_ERR_UNSUPPORTED, "bert"},
         {{"llama", NULL, 0, NULL, NULL, 0, NULL}, KVANT_ERR_FORMAT, "tokenizer.ggml.tokens"},
         {{"gpt2", NULL, 2, toks, NULL, 0, NULL}, KVANT_ERR_FORMAT, "merges"},
-        {{"gpt2", "llama-bpe", 2, toks, NULL, 1, merges}, KVANT_ERR_UNSUPPORTED, "llama-bpe"},
+        {{"gpt2", "no-such-pre", 2, toks, NULL, 1, merges}, KVANT_ERR_UNSUPPORTED, "pre-tokenizer 'no-such-pre'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tok *t = load_synth(&cases[i].s, &st);

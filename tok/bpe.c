@@ -1,13 +1,14 @@
 /* tok/bpe.c - GPT-2 byte-level BPE (tokenizer.ggml.model = "gpt2").
  *
- * 1. Pre-tokenize: PCRE2 (UTF + Unicode properties) splits the text with
- *    GPT-2's regex into words.
+ * 1. Pre-tokenize: the family's pre-tokenizer (tok/pretok.c, chosen by
+ *    tokenizer.ggml.pre) splits the text into words.
  * 2. Each word's bytes become characters through GPT-2's bytes_to_unicode
  *    table (printable bytes map to themselves, the other 68 to U+0100..).
- * 3. BPE per word: starting from one symbol per byte, repeatedly merge the
- *    adjacent pair with the lowest merge rank (ties: leftmost), as
- *    llama.cpp's llm_tokenizer_bpe_session: a priority queue of pairs, stale
- *    entries skipped when popped.  O(n log n) per word.
+ * 3. With ignore_merges (Llama 3) a word that is a vocabulary entry as it
+ *    stands is that token.  Otherwise BPE per word: starting from one symbol
+ *    per byte, repeatedly merge the adjacent pair with the lowest merge rank
+ *    (ties: leftmost), as llama.cpp's llm_tokenizer_bpe_session: a priority
+ *    queue of pairs, stale entries skipped when popped.  O(n log n) per word.
  * 4. Each final symbol is looked up in the vocabulary.
  * Decoding maps the characters of a token back to bytes. */
 #include "tok/tok_impl.h"
@@ -15,10 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char k_gpt2_regex[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
-kvant_code tok_bpe_init(tok *t, kvant_status *st) {
+void tok_bpe_init(tok *t) {
     /* bytes_to_unicode: bytes in '!'..'~', U+00A1..U+00AC, U+00AE..U+00FF
      * keep their value; the rest get U+0100 + n in increasing byte order */
     int n = 0;
@@ -28,18 +26,6 @@ kvant_code tok_bpe_init(tok *t, kvant_status *st) {
         t->byte_cp[b] = (uint16_t)(keep ? b : 0x100 + n++);
         t->cp_byte[t->byte_cp[b]] = (int16_t)b;
     }
-
-    int err;
-    PCRE2_SIZE err_off;
-    t->re = pcre2_compile((PCRE2_SPTR)k_gpt2_regex, PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &err_off, NULL);
-    if (!t->re) {
-        char msg[128];
-        pcre2_get_error_message(err, (PCRE2_UCHAR *)msg, sizeof msg);
-        return core_fail(st, KVANT_ERR_UNSUPPORTED, "pcre2: cannot compile the GPT-2 regex: %s", msg);
-    }
-    pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* optional: the interpreter is the fallback */
-    return KVANT_OK;
 }
 
 size_t tok_bpe_decode_text(const tok *t, const char *src, size_t len, char *dst) {
@@ -132,21 +118,19 @@ static void try_add(const tok *t, work *w, int32_t left, int32_t right) {
     if (rank >= 0) heap_push(w, (bigram){rank, left, right, l->n + r->n});
 }
 
-/* Appends the ids of one symbol: its token, else one token per character
- * (llama.cpp looks up single bytes there; with a GPT-2 vocabulary every
- * merge result is a token, so neither path is taken in practice). */
+/* Appends the ids of one symbol: its token, else, as llama.cpp, the token of
+ * each single byte of its text that has one (the others are dropped).  With
+ * a vocabulary holding every merge result and all 256 byte characters the
+ * fallback is never taken. */
 static void emit(const tok *t, const char *p, uint32_t n, tok_ids *out) {
     int32_t id = tok_map_get(&t->vocab, t->blob, p, n, "", 0);
     if (id >= 0) {
         tok_ids_push(out, id);
         return;
     }
-    for (uint32_t k = 0; k < n;) {
-        uint32_t cl = ((uint8_t)p[k] & 0xE0) == 0xC0 && k + 1 < n ? 2 : 1;
-        id = tok_map_get(&t->vocab, t->blob, p + k, cl, "", 0);
-        if (id < 0) id = t->unk;
+    for (uint32_t k = 0; k < n; k++) {
+        id = tok_map_get(&t->vocab, t->blob, p + k, 1, "", 0);
         if (id >= 0) tok_ids_push(out, id);
-        k += cl;
     }
 }
 
@@ -176,6 +160,13 @@ static void encode_word(const tok *t, const uint8_t *p, size_t len, work *w, tok
         w->s[i] = (sym){(int32_t)i - 1, i + 1 == len ? -1 : (int32_t)i + 1, off, cl};
         off += cl;
     }
+    if (t->ignore_merges) { /* the whole word is a token: take it as it is */
+        int32_t id = tok_map_get(&t->vocab, t->blob, w->buf, off, "", 0);
+        if (id >= 0) {
+            tok_ids_push(out, id);
+            return;
+        }
+    }
 
     w->hn = 0;
     for (size_t i = 1; i < len; i++) try_add(t, w, (int32_t)i - 1, (int32_t)i);
@@ -195,30 +186,22 @@ static void encode_word(const tok *t, const uint8_t *p, size_t len, work *w, tok
 }
 
 void tok_bpe_encode(const tok *t, const char *text, size_t len, tok_ids *out) {
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re, NULL);
+    tok_u32v ends = {0};
     work w = {0};
-    if (!md) {
+    if (!tok_pre_words(t->pre, text, len, &ends)) {
         out->oom = true;
+        free(ends.d);
         return;
     }
     const uint8_t *s = (const uint8_t *)text;
     size_t pos = 0;
-    while (pos < len && !w.oom && !out->oom) {
-        int rc = pcre2_match(t->re, s, len, pos, 0, md, NULL);
-        size_t ws = len, we = len;
-        if (rc >= 0) {
-            PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-            ws = ov[0];
-            we = ov[1] > ov[0] ? ov[1] : ov[0] + 1; /* the regex cannot match empty; be safe */
-        }
-        /* bytes the regex skipped (only invalid UTF-8 can be) form a word of their own */
-        if (ws > pos) encode_word(t, s + pos, ws - pos, &w, out);
-        if (ws < len) encode_word(t, s + ws, we - ws, &w, out);
-        pos = we;
+    for (size_t i = 0; i < ends.n && !w.oom && !out->oom; i++) {
+        encode_word(t, s + pos, ends.d[i] - pos, &w, out);
+        pos = ends.d[i];
     }
     if (w.oom) out->oom = true;
     free(w.buf);
     free(w.s);
     free(w.h);
-    pcre2_match_data_free(md);
+    free(ends.d);
 }

@@ -5,6 +5,7 @@
  * (the source may be closed afterwards), then share the finishing steps:
  * the text -> id hash table, byte-fallback ids, the special-token list and
  * the decoded piece of every token. */
+#define _GNU_SOURCE /* memmem */
 #include "tok/tok_impl.h"
 
 #include <stdio.h>
@@ -33,7 +34,7 @@ void tok_free(tok *t) {
     if (!t) return;
     tok_map_free(&t->vocab);
     tok_map_free(&t->merges);
-    if (t->re) pcre2_code_free(t->re);
+    tok_pre_free(t->pre);
     free(t->special);
     free(t->pieces);
     free(t->blob);
@@ -128,12 +129,115 @@ static void eog_find(tok *t, const gguf_ctx *g) {
     }
 }
 
+/* ---- token types and attributes llama.cpp adjusts after loading ---------------
+ * (llama_vocab::impl::load): end-of-turn and fill-in-the-middle texts become
+ * control tokens, so that plain text never matches them; gpt-oss's channel
+ * markers become user-defined; Phi-3's special tokens eat the spaces after
+ * them (RSTRIP) and some masks the spaces before them (LSTRIP). */
+
+static int32_t find_text(const tok *t, const char *s) {
+    return tok_map_get(&t->vocab, t->blob, s, strlen(s), "", 0);
+}
+
+static void set_type(tok *t, const char *const *texts, uint8_t type) {
+    for (; *texts; texts++) {
+        int32_t id = find_text(t, *texts);
+        if (id >= 0) t->v[id].type = type;
+    }
+}
+
+static void set_attr(tok *t, const char *text, uint8_t attr, bool on) {
+    int32_t id = find_text(t, text);
+    if (id < 0) return;
+    if (on) t->v[id].attr |= attr;
+    else t->v[id].attr &= (uint8_t)~attr;
+}
+
+static bool has_key(const gguf_ctx *g, const char *key) { return gguf_find(g, key) != NULL; }
+
+/* general.name lowercased contains one of the words */
+static bool name_has(const gguf_ctx *g, const char *a, const char *b) {
+    gguf_str v;
+    if (!gguf_get_str(g, "general.name", &v)) return false;
+    char low[256];
+    size_t n = v.len < sizeof low - 1 ? v.len : sizeof low - 1;
+    for (size_t i = 0; i < n; i++) low[i] = (char)(v.data[i] >= 'A' && v.data[i] <= 'Z' ? v.data[i] + 32 : v.data[i]);
+    low[n] = 0;
+    return strstr(low, a) || (b && strstr(low, b));
+}
+
+static void adjust_types(tok *t, const gguf_ctx *g) {
+    static const char *const eog[] = {
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+        "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+        "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+        "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~[", NULL,
+    };
+    static const struct {
+        const char *key, *key2;
+        const char *texts[9];
+    } fim[] = {
+        {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id",
+         {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>",
+          "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL}},
+        {"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id",
+         {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>",
+          "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL}},
+        {"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id",
+         {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>",
+          "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL}},
+        {"tokenizer.ggml.fim_pad_token_id", NULL, {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL}},
+        {"tokenizer.ggml.fim_rep_token_id", NULL,
+         {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL}},
+        {"tokenizer.ggml.fim_sep_token_id", NULL, {"<|file_sep|>", NULL}},
+    };
+    static const char *const channel[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", NULL};
+    if (!g) return;
+    for (size_t i = 0; i < sizeof fim / sizeof *fim; i++)
+        if (!has_key(g, fim[i].key) && !(fim[i].key2 && has_key(g, fim[i].key2)))
+            set_type(t, fim[i].texts, TOK_TYPE_CONTROL);
+    set_type(t, eog, TOK_TYPE_CONTROL);
+    set_type(t, channel, TOK_TYPE_USER_DEFINED);
+    /* gpt-oss / solar-open: <|end|> is not an end of turn there but text */
+    int32_t end = find_text(t, "<|end|>");
+    bool ret = find_text(t, "<|return|>") >= 0;
+    bool call = find_text(t, "<|call|>") >= 0 || find_text(t, "<|calls|>") >= 0;
+    if (end >= 0 && call && (ret || find_text(t, "<|flush|>") >= 0)) t->v[end].type = TOK_TYPE_USER_DEFINED;
+
+    gguf_str pre = {0};
+    gguf_get_str(g, "tokenizer.ggml.pre", &pre);
+    gguf_str arch = {0};
+    gguf_get_str(g, "general.architecture", &arch);
+    bool jina = false;
+    static const char *const jina_pre[] = {"jina-v2-de", "jina-v2-es", "jina-v2-code"};
+    for (size_t i = 0; i < 3; i++)
+        jina |= pre.len >= strlen(jina_pre[i]) && memmem(pre.data, pre.len, jina_pre[i], strlen(jina_pre[i]));
+    jina |= arch.len && (memmem(arch.data, arch.len, "nomic-bert-moe", 14) ||
+                         memmem(arch.data, arch.len, "jina-bert-v3", 12));
+    if (jina) {
+        set_attr(t, "<mask>", TOK_ATTR_LSTRIP, true);
+    } else if (name_has(g, "phi-3", "phi3")) {
+        for (int i = 0; i < t->n_vocab; i++) {
+            uint8_t ty = t->v[i].type;
+            if (ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_USER_DEFINED || ty == TOK_TYPE_UNKNOWN)
+                t->v[i].attr |= TOK_ATTR_RSTRIP;
+        }
+        set_attr(t, "</s>", TOK_ATTR_RSTRIP, true);
+        set_attr(t, "<unk>", TOK_ATTR_RSTRIP, false);
+        set_attr(t, "<s>", TOK_ATTR_RSTRIP, false);
+        set_attr(t, "<|endoftext|>", TOK_ATTR_RSTRIP, false);
+    } else if (name_has(g, "modern-bert", NULL)) {
+        set_attr(t, "[MASK]", TOK_ATTR_LSTRIP, true);
+    }
+}
+
 static kvant_code tok_finish(tok *t, const gguf_ctx *g, const char *name, kvant_status *st) {
     if (!tok_map_init(&t->vocab, (uint64_t)t->n_vocab))
         return core_fail(st, KVANT_ERR_NOMEM, "%s: out of memory for the vocabulary table", name);
     for (int i = 0; i < t->n_vocab; i++)
         if (t->v[i].len > 0) tok_map_put(&t->vocab, t->blob, t->v[i].off, t->v[i].len, 0, 0, i);
     eog_find(t, g);
+    adjust_types(t, g);
 
     for (int b = 0; b < 256; b++) { /* "<0xXX>", else the byte itself as a token */
         char hex[8];
@@ -193,26 +297,22 @@ static bool str_is(gguf_str s, const char *lit) {
     return s.len == strlen(lit) && memcmp(s.data, lit, s.len) == 0;
 }
 
-/* Pre-tokenizers (tokenizer.ggml.pre) that llama.cpp splits with the GPT-2
- * regex, which is the one kvant implements. */
-static const char *const k_gpt2_pre[] = {
-    "gpt-2", "phi-2", "mpt", "olmo", "jais", "trillion", "granite-docling", "exaone4",
-    "jina-es", "jina-de", "jina-v2-es", "jina-v2-de", "jina-v1-en", "jina-v2-code",
-    "roberta-bpe", "gigachat", "a.x-4.0", "mellum", "modern-bert", NULL,
-};
-
-static kvant_code check_pre(const gguf_ctx *g, const char *name, kvant_status *st) {
+/* The pre-tokenizer named by tokenizer.ggml.pre ('default' when absent, as
+ * llama.cpp does); NULL with st naming the file and the value when unknown. */
+static tok_pre *open_pre(const gguf_ctx *g, const char *name, kvant_status *st) {
     gguf_str pre;
-    if (!gguf_get_str(g, "tokenizer.ggml.pre", &pre)) return KVANT_OK;
-    for (int i = 0; k_gpt2_pre[i]; i++)
-        if (str_is(pre, k_gpt2_pre[i])) return KVANT_OK;
-    if (str_is(pre, "default")) {
-        core_log(KVANT_LOG_WARN, "%s: pre-tokenizer 'default': using the GPT-2 regex", name);
-        return KVANT_OK;
+    if (!gguf_get_str(g, "tokenizer.ggml.pre", &pre)) {
+        pre = (gguf_str){"default", 7};
+        core_log(KVANT_LOG_WARN, "%s: no tokenizer.ggml.pre: using the 'default' pre-tokenizer, as llama.cpp does "
+                 "(the text may split differently from the model's own tokenizer)", name);
     }
-    return core_fail(st, KVANT_ERR_UNSUPPORTED,
-                     "%s: pre-tokenizer '%.*s' is not supported (only the GPT-2 regex is)", name,
-                     (int)(pre.len > 64 ? 64 : pre.len), pre.data);
+    tok_pre *p = tok_pre_new(pre.data, pre.len, 0, st);
+    if (!p) {
+        char msg[sizeof st->msg];
+        snprintf(msg, sizeof msg, "%s", st->msg);
+        core_fail(st, st->code, "%s: %s", name, msg);
+    }
+    return p;
 }
 
 /* A special id from key: the file's value when in range, else def (or -1
@@ -259,7 +359,6 @@ tok *tok_from_gguf(const gguf_ctx *g, kvant_status *st) {
         kind = TOK_SPM;
     } else if (str_is(model, "gpt2")) {
         kind = TOK_GPT2;
-        if (check_pre(g, name, st)) return NULL;
     } else {
         core_fail(st, KVANT_ERR_UNSUPPORTED, "%s: tokenizer model '%.*s' is not supported (llama, gpt2)",
                   name, (int)(model.len > 64 ? 64 : model.len), model.data);
@@ -336,12 +435,22 @@ tok *tok_from_gguf(const gguf_ctx *g, kvant_status *st) {
         t->add_bos = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &flag) ? flag : true;
         t->add_space_prefix = gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &flag) ? flag : true;
     } else {
-        t->bos = read_id(g, "tokenizer.ggml.bos_token_id", -1, t->n_vocab, name);
-        t->eos = read_id(g, "tokenizer.ggml.eos_token_id", -1, t->n_vocab, name);
+        /* llama.cpp's BPE defaults: BOS = EOS = 11 (Falcon's), none for chatglm */
+        t->pre = open_pre(g, name, st);
+        gguf_str pn;
+        if (t->pre && gguf_get_str(g, "tokenizer.ggml.pre", &pn))
+            snprintf(t->pre_name, sizeof t->pre_name, "%.*s", (int)(pn.len < 63 ? pn.len : 63), pn.data);
+        else if (t->pre)
+            snprintf(t->pre_name, sizeof t->pre_name, "default");
+        unsigned pf = t->pre ? tok_pre_flags(t->pre) : 0;
+        t->bos = read_id(g, "tokenizer.ggml.bos_token_id", pf & TOK_PRE_NO_BOS ? -1 : 11, t->n_vocab, name);
+        t->eos = read_id(g, "tokenizer.ggml.eos_token_id", 11, t->n_vocab, name);
         t->unk = read_id(g, "tokenizer.ggml.unknown_token_id", -1, t->n_vocab, name);
-        t->add_bos = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &flag) ? flag : false;
+        t->add_bos = gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &flag) ? flag : (pf & TOK_PRE_ADD_BOS) != 0;
         t->add_space_prefix = false;
-        rc = tok_bpe_init(t, st);
+        t->ignore_merges = (pf & TOK_PRE_IGNORE_MERGES) != 0;
+        tok_bpe_init(t);
+        if (!t->pre) rc = st->code;
         if (!rc && !tok_map_init(&t->merges, merges->arr.n))
             rc = core_fail(st, KVANT_ERR_NOMEM, "%s: out of memory for the merges", name);
         for (uint64_t i = 0; !rc && i < merges->arr.n; i++) {
@@ -357,6 +466,7 @@ tok *tok_from_gguf(const gguf_ctx *g, kvant_status *st) {
                         (int32_t)i);
         }
     }
+    t->add_eos = gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &flag) && flag && t->eos >= 0;
     t->add_bos = t->add_bos && t->bos >= 0;
     if (!rc) rc = tok_finish(t, g, name, st);
     if (rc) {

@@ -83,3 +83,18 @@ void tok_ids_push(tok_ids *v, int32_t id) {
     }
     v->d[v->n++] = id;
 }
+
+void tok_u32v_push(tok_u32v *v, uint32_t x) {
+    if (v->oom) return;
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? 2 * v->cap : 64;
+        uint32_t *d = realloc(v->d, cap * sizeof *d);
+        if (!d) {
+            v->oom = true;
+            return;
+        }
+        v->d = d;
+        v->cap = cap;
+    }
+    v->d[v->n++] = x;
+}

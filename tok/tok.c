@@ -12,6 +12,8 @@ int tok_n_vocab(const tok *t) { return t->n_vocab; }
 int tok_bos(const tok *t) { return t->bos; }
 int tok_eos(const tok *t) { return t->eos; }
 bool tok_add_bos(const tok *t) { return t->add_bos; }
+bool tok_add_eos(const tok *t) { return t->add_eos; }
+const char *tok_pre_name(const tok *t) { return t->pre_name; }
 
 bool tok_is_eog(const tok *t, int32_t id) {
     for (int i = 0; i < t->n_eog; i++)
@@ -38,7 +40,9 @@ int32_t tok_find(const tok *t, const char *text, size_t len) {
  * As llama.cpp's tokenizer_st_partition: special tokens are taken longest
  * first; each one splits every still-raw fragment at all its (leftmost,
  * non-overlapping) occurrences.  User-defined tokens are always matched,
- * control and unknown ones only with parse_special. */
+ * control and unknown ones only with parse_special.  A token with LSTRIP
+ * drops the spaces (C isspace) just before it, one with RSTRIP those just
+ * after it. */
 typedef struct {
     size_t off, len;        /* raw text span, when id < 0 */
     int32_t id;             /* the special token, or -1 for raw text */
@@ -67,9 +71,12 @@ static void frags_push(frags *f, frag x) {
 
 /* Splits the raw fragments of *cur at occurrences of token id into *next,
  * then swaps the two lists.  O(text length). */
+static bool c_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
 static void split_on(const tok *t, const char *text, int32_t id, frags *cur, frags *next) {
     const char *s = t->blob + t->v[id].off;
     size_t sl = t->v[id].len;
+    uint8_t attr = t->v[id].attr;
     next->n = 0;
     for (size_t i = 0; i < cur->n; i++) {
         frag f = cur->d[i];
@@ -81,10 +88,14 @@ static void split_on(const tok *t, const char *text, int32_t id, frags *cur, fra
         for (;;) {
             const char *hit = memmem(text + pos, end - pos, s, sl);
             if (!hit) break;
-            size_t at = (size_t)(hit - text);
-            if (at > pos) frags_push(next, (frag){pos, at - pos, -1});
+            size_t at = (size_t)(hit - text), left = at;
+            if (attr & TOK_ATTR_LSTRIP)
+                while (left > pos && c_space(text[left - 1])) left--;
+            if (left > pos) frags_push(next, (frag){pos, left - pos, -1});
             frags_push(next, (frag){0, 0, id});
             pos = at + sl;
+            if (attr & TOK_ATTR_RSTRIP)
+                while (pos < end && c_space(text[pos])) pos++;
         }
         if (pos < end) frags_push(next, (frag){pos, end - pos, -1});
     }
@@ -97,9 +108,29 @@ static void split_on(const tok *t, const char *text, int32_t id, frags *cur, fra
 static void encode_text(const tok *t, const char *text, size_t len, bool parse_special, tok_ids *out) {
     frags cur = {0}, next = {0};
     frags_push(&cur, (frag){0, len, -1});
+    /* which bytes and byte pairs occur in the text: a special token whose
+     * first two bytes never do cannot occur and costs no search (a vocabulary
+     * may have thousands of them: deepseek-llm) */
+    uint64_t pair[1024] = {0}, byte[4] = {0};
+    const uint8_t *u = (const uint8_t *)text;
+    for (size_t i = 0; i < len; i++) {
+        byte[u[i] >> 6] |= 1ull << (u[i] & 63);
+        if (i + 1 < len) {
+            unsigned p = (unsigned)u[i] << 8 | u[i + 1];
+            pair[p >> 6] |= 1ull << (p & 63);
+        }
+    }
     for (int k = 0; k < t->n_special && !cur.oom && !next.oom; k++) {
         int32_t id = t->special[k];
-        if (parse_special || t->v[id].type == TOK_TYPE_USER_DEFINED) split_on(t, text, id, &cur, &next);
+        if (!parse_special && t->v[id].type != TOK_TYPE_USER_DEFINED) continue;
+        const uint8_t *s = (const uint8_t *)t->blob + t->v[id].off;
+        if (t->v[id].len >= 2) {
+            unsigned p = (unsigned)s[0] << 8 | s[1];
+            if (!(pair[p >> 6] >> (p & 63) & 1)) continue;
+        } else if (!(byte[s[0] >> 6] >> (s[0] & 63) & 1)) {
+            continue;
+        }
+        split_on(t, text, id, &cur, &next);
     }
     if (cur.oom || next.oom) {
         out->oom = true;
@@ -150,6 +181,20 @@ int tok_decode_piece(const tok *t, int32_t prev, int32_t id, char *buf, int cap)
         n--;
     }
     if (n > (size_t)cap) n = (size_t)cap;
+    memcpy(buf, p, n);
+    return (int)n;
+}
+
+int tok_piece(const tok *t, int32_t id, bool special, char *buf, int cap) {
+    if (id < 0 || id >= t->n_vocab) return 0;
+    const tok_entry *e = &t->v[id];
+    const char *p = t->pieces + e->poff;
+    size_t n = e->plen;
+    if (special && (e->type == TOK_TYPE_CONTROL || e->type == TOK_TYPE_UNKNOWN)) {
+        p = t->blob + e->off;
+        n = e->len;
+    }
+    if (n > (size_t)(cap < 0 ? 0 : cap)) return -(int)n;
     memcpy(buf, p, n);
     return (int)n;
 }
