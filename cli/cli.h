@@ -37,6 +37,7 @@ int cli_status_exit(const kvant_status *st);
 
 int cmd_run(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);

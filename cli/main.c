@@ -13,6 +13,7 @@ static void usage(FILE *f) {
             "commands:\n"
             "  run    generate text from a prompt (GGUF or llama2.c model)\n"
             "  info   describe a model: hyperparameters, tensors, KV cache size\n"
+            "  tokenize  the token ids of a text (also from a vocabulary-only GGUF)\n"
             "  logits the logits of every position of one batch, as float32 (compare with other engines)\n"
             "  ppl    perplexity (llama.cpp's method) and KL divergence from a base model\n"
             "  stream-ppl  per-token loss over a long stream under a KV policy (StreamingLLM)\n"
@@ -51,6 +52,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "ppl")) return cmd_ppl(argc - 1, argv + 1);

@@ -622,6 +622,33 @@ typedef struct {
 /* Prunes a GGUF llama model's layer matrices and writes a loadable GGUF. */
 kvant_code kvant_prune(const char *in_path, const char *out_path, const kvant_prune_params *p, kvant_status *st);
 
+/* ---- vocabulary only (api/vocab.c) -------------------------------------------
+ * The tokenizer of a GGUF file without its weights: any file with
+ * tokenizer.ggml.* metadata, also a vocabulary-only one that has no tensors
+ * and no architecture (as llama.cpp's vocab_only loads them).  The handle is
+ * immutable and may be used from many threads. */
+typedef struct kvant_vocab kvant_vocab;
+
+/* NULL with st set when the file cannot be read (KVANT_ERR_IO), is not a
+ * GGUF or has no usable tokenizer (KVANT_ERR_FORMAT), or names a tokenizer
+ * or pre-tokenizer kvant does not have (KVANT_ERR_UNSUPPORTED). */
+kvant_vocab *kvant_vocab_open(const char *path, kvant_status *st);
+void kvant_vocab_free(kvant_vocab *v);
+int kvant_vocab_n_tokens(const kvant_vocab *v);
+/* Encodes UTF-8 text as llama.cpp's llama_tokenize.  add_special: BOS
+ * first and EOS last where the vocabulary asks for them
+ * (tokenizer.ggml.add_bos_token / add_eos_token).  parse_special: text that
+ * spells a control token (e.g. "<|im_end|>") becomes that token; without it
+ * only user-defined tokens are.  Returns the token count, -(needed) when
+ * max_tokens is too small (tokens untouched), INT32_MIN when out of memory. */
+int kvant_vocab_tokenize(const kvant_vocab *v, const char *text, size_t len, bool add_special, bool parse_special,
+                         int32_t *tokens, int max_tokens);
+/* The bytes of one token, as it stands (no leading-space rule).  special:
+ * control and unknown tokens give their text instead of nothing.  Returns
+ * the byte count, -(needed) when cap is too small, 0 for an id outside the
+ * vocabulary. */
+int kvant_vocab_piece(const kvant_vocab *v, int32_t token, bool special, char *buf, int cap);
+
 #ifdef __cplusplus
 }
 #endif
