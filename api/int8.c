@@ -77,6 +77,8 @@ static void calib_cb(void *u, int done, int total) {
 kvant_int8 *kvant_int8_new(kvant_model *km, const kvant_int8_params *p, kvant_status *st) {
     const model *base = km->m;
     const model_config *c = &base->cfg;
+    /* the INT8 matmul hook sees the seven dense matrices; experts would stay in their type unannounced */
+    if (model_require(base, MODEL_FEAT_EXPERTS, "INT8 inference (W8A8, LLM.int8, SmoothQuant)", st)) return NULL;
     int8_mode mode;
     if (!p->mode || !strcmp(p->mode, "w8a8")) mode = INT8_W8A8;
     else if (!strcmp(p->mode, "mixed")) mode = INT8_MIXED;
@@ -232,6 +234,7 @@ kvant_code kvant_outliers(kvant_model *km, const char *text, size_t len, const k
     const model *m = p->transform ? p->transform->m : km->m;
     const model_config *c = &m->cfg;
     if (p->transform && p->transform->km != km) return core_fail(st, KVANT_ERR_ARG, "transform made for another model");
+    if (model_require(m, MODEL_FEAT_EXPERTS, "outlier analysis", st)) return st->code;
     const int max_tokens = p->max_tokens > 0 ? p->max_tokens : 4096;
     int8_stats *s = int8_stats_new(c, p->threshold, max_tokens, st);
     if (!s) return st->code;

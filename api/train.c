@@ -4,6 +4,7 @@
  * a step allocates nothing. */
 #include <math.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,11 +50,18 @@ static kvant_code parse_config(const char *s, int vocab, int ctx, train_config *
 }
 
 static int32_t *tokenize(const model *m, const char *text, size_t len, int64_t *n, kvant_status *st) {
-    const int cap = (int)(len + 16);
+    if (len > (size_t)INT32_MAX / 4) { core_fail(st, KVANT_ERR_ARG, "tokenizer: text too long"); return NULL; }
+    int cap = (int)(len + 16);
     int32_t *t = malloc(sizeof(int32_t) * (size_t)cap);
     if (!t) { core_fail(st, KVANT_ERR_NOMEM, "out of memory"); return NULL; }
-    const int k = tok_encode(m->tok, text, len, true, false, t, cap);
-    if (k < 0) { free(t); core_fail(st, KVANT_ERR_ARG, "tokenizer: text too long"); return NULL; }
+    int k = tok_encode(m->tok, text, len, true, false, t, cap);
+    if (k < 0 && k != INT_MIN) { /* byte fallback can give more tokens than bytes: -(needed) */
+        free(t);
+        cap = -k;
+        if (!(t = malloc(sizeof(int32_t) * (size_t)cap))) { core_fail(st, KVANT_ERR_NOMEM, "out of memory"); return NULL; }
+        k = tok_encode(m->tok, text, len, true, false, t, cap);
+    }
+    if (k < 0) { free(t); core_fail(st, KVANT_ERR_NOMEM, "tokenizer: out of memory"); return NULL; }
     *n = k;
     return t;
 }

@@ -259,6 +259,8 @@ kvant_code prune_file(const char *in_path, const char *out_path, const prune_par
     model *m = model_open(in_path, NULL, p->n_threads, st);
     if (!m) return st->code;
     if (!m->gguf) { model_close(m); return core_fail(st, KVANT_ERR_UNSUPPORTED, "%s: pruning needs a GGUF model", in_path); }
+    /* pruning rewrites the seven separate matrices of a dense layer by name */
+    if (model_require(m, MODEL_FEAT_EXPERTS | MODEL_FEAT_FUSED, "pruning", st)) { model_close(m); return st->code; }
     const model_config *c = &m->cfg;
     const int L = c->n_layers;
     const double t0 = core_time_ms();

@@ -15,8 +15,11 @@ static bool ends_with(const char *s, const char *suffix) {
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
+/* 2-D matrices and 3-D expert stacks (rows over ne1 x ne2), never norms or
+ * the experts' router, as llama.cpp's quantizer chooses */
 bool ptq_is_quantizable(const char *name, int n_dims) {
-    return n_dims == 2 && ends_with(name, "weight") && !strstr(name, "_norm.weight");
+    return (n_dims == 2 || n_dims == 3) && ends_with(name, "weight") && !strstr(name, "_norm.weight") &&
+           !strstr(name, "ffn_gate_inp.weight");
 }
 
 /* name contains one of the comma-separated substrings of list */
@@ -205,6 +208,11 @@ static int calib_slot_for(const calib *c, const char *name, bool tied) {
 static kvant_code calib_run(const char *model_path, const ptq_params *p, calib *c, bool *tied, kvant_status *st) {
     model *m = model_open(model_path, NULL, p->n_threads, st);
     if (!m) return st->code;
+    /* the calibration slots are the seven separate matrices of a dense layer */
+    if (model_require(m, MODEL_FEAT_EXPERTS | MODEL_FEAT_FUSED, "PTQ calibration (--calib, --gptq)", st)) {
+        model_close(m);
+        return st->code;
+    }
     const int C = m->cfg.dim, F = m->cfg.hidden_dim;
     *tied = m->tied_output;
     c->n_layers = m->cfg.n_layers;
@@ -233,6 +241,11 @@ static kvant_code calib_run(const char *model_path, const ptq_params *p, calib *
         size_t use = len < (size_t)want * 8 ? len : (size_t)want * 8;
         tokens = malloc(((size_t)use + 2) * sizeof *tokens);
         nt = tokens ? tok_encode(m->tok, text, use, true, false, tokens, (int)use + 2) : -1;
+        if (nt < -1) { /* byte fallback can give more tokens than bytes: -(needed) */
+            free(tokens);
+            tokens = malloc((size_t)-nt * sizeof *tokens);
+            nt = tokens ? tok_encode(m->tok, text, use, true, false, tokens, -nt) : -1;
+        }
         if (nt < 2) rc = core_fail(st, KVANT_ERR_ARG, "calibration text %s gives no tokens", p->calib_path);
         if (nt > want) nt = want;
     }

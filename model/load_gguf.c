@@ -249,6 +249,7 @@ static kvant_code load_layer(loader *ld, const model_arch *A, int l, model_mat *
     model_mat qkv;
     if ((rc = get_mat(ld, T("attn_qkv.weight"), QD + 2 * KVD, C, false, &qkv, st))) return rc;
     if (qkv.data) {
+        m->fused = true;
         L->wq = row_view(&qkv, 0, QD), L->wk = row_view(&qkv, QD, KVD), L->wv = row_view(&qkv, QD + KVD, KVD);
         const float *b;
         if ((rc = get_vec(ld, T("attn_qkv.bias"), QD + 2 * KVD, false, &b, st))) return rc;
@@ -297,6 +298,7 @@ static kvant_code load_layer(loader *ld, const model_arch *A, int l, model_mat *
                                  ld->path, l, (long long)(2 * F));
             if ((rc = get_mat(ld, name, 2 * F, C, true, &gu, st))) return rc;
             L->w_gate = row_view(&gu, 0, F), L->w_up = row_view(&gu, F, F);
+            m->fused = true;
         }
         if ((rc = get_mat(ld, T("ffn_down.weight"), C, F, true, &L->w_down, st))) return rc;
     }

@@ -117,3 +117,40 @@ int model_layer_mats(model_layer *L, int n_expert, model_mat **out, int max) {
     for (int i = 0; i < n && k < max; i++) out[k++] = all[i];
     return k;
 }
+
+unsigned model_features(const model *m) {
+    const model_config *c = &m->cfg;
+    unsigned f = 0;
+    if (c->n_expert > 0) f |= MODEL_FEAT_EXPERTS;
+    if (m->fused) f |= MODEL_FEAT_FUSED;
+    if (c->act != MODEL_ACT_SILU) f |= MODEL_FEAT_GELU;
+    if (c->embd_scale != 1.0f || c->attn_softcap > 0 || c->final_softcap > 0 ||
+        fabsf(c->attn_scale * sqrtf((float)c->head_dim) - 1.0f) > 1e-6f)
+        f |= MODEL_FEAT_SCALES;
+    if (c->rope_neox || c->rope_dim != c->head_dim || m->rope_freqs || c->rope_scale != 1.0f || c->rope_mscale != 1.0f)
+        f |= MODEL_FEAT_ROPE;
+    if (c->n_heads * c->head_dim != c->dim) f |= MODEL_FEAT_WIDE_HEADS;
+    for (int l = 0; l < c->n_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        if (L->bq || L->bo) f |= MODEL_FEAT_BIAS;
+        if (L->q_norm) f |= MODEL_FEAT_QK_NORM;
+        if (L->post_attn_norm || L->post_ffn_norm) f |= MODEL_FEAT_POST_NORM;
+        if (L->swa_window) f |= MODEL_FEAT_SWA;
+        if (L->rope_base != c->rope_base) f |= MODEL_FEAT_ROPE;
+    }
+    return f;
+}
+
+kvant_code model_require(const model *m, unsigned refused, const char *command, kvant_status *st) {
+    static const char *const names[] = {"routed experts (MoE)", "fused attn_qkv / ffn_up tensors",
+                                        "attention biases", "q/k norms", "post-attention / post-FFN norms",
+                                        "a GeGLU feed-forward", "embedding / attention scales or soft-caps",
+                                        "sliding-window attention", "a RoPE other than llama's",
+                                        "heads wider than the embedding"};
+    const unsigned hit = model_features(m) & refused;
+    if (!hit) return KVANT_OK;
+    int b = 0;
+    while (!(hit >> b & 1)) b++;
+    return core_fail(st, KVANT_ERR_UNSUPPORTED, "%s does not support this %s model yet: it has %s", command,
+                     m->cfg.arch, names[b]);
+}

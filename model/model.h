@@ -110,6 +110,7 @@ typedef struct model {
     core_map map;             /* llama2.c checkpoints */
     float *owned;             /* norms and biases converted to F32 (freed at close) */
     model_mat *expert_mats;   /* the layers' gate/up/down_exps views (freed at close) */
+    bool fused;               /* some matrices are row views of a fused tensor (attn_qkv, gate+up ffn_up) */
     void **packed;            /* model_repack's buffers (n_packed of them) */
     int n_packed;
     size_t packed_bytes;
@@ -133,6 +134,25 @@ const model_arch *model_arch_find(const char *name);
 void model_arch_names(char *buf, size_t cap);
 /* True for an `{arch}.<suffix>` key that changes nothing kvant computes. */
 bool model_arch_key_ignored(const char *suffix);
+
+/* What a model has beyond the Llama-2 layout (model_features), for the
+ * commands that only handle part of it: model_require refuses, naming the
+ * feature and the command, when m has any of the `refused` bits. */
+enum {
+    MODEL_FEAT_EXPERTS = 1 << 0,   /* routed experts (MoE) */
+    MODEL_FEAT_FUSED = 1 << 1,     /* fused attn_qkv / gate+up tensors (phi3) */
+    MODEL_FEAT_BIAS = 1 << 2,      /* q/k/v or output biases */
+    MODEL_FEAT_QK_NORM = 1 << 3,   /* per-head q/k RMSNorm */
+    MODEL_FEAT_POST_NORM = 1 << 4, /* post-attention / post-FFN norms */
+    MODEL_FEAT_GELU = 1 << 5,      /* GeGLU feed-forward */
+    MODEL_FEAT_SCALES = 1 << 6,    /* embedding scale, attention scale other than 1/sqrt(D), soft-caps */
+    MODEL_FEAT_SWA = 1 << 7,       /* sliding-window layers */
+    MODEL_FEAT_ROPE = 1 << 8,      /* NeoX order, partial rotary, frequency factors, scaling, per-layer bases */
+    MODEL_FEAT_WIDE_HEADS = 1 << 9,/* n_heads x head_dim != dim */
+    MODEL_FEAT_ALL = (1 << 10) - 1,
+};
+unsigned model_features(const model *m);
+kvant_code model_require(const model *m, unsigned refused, const char *command, kvant_status *st);
 
 /* Opens a GGUF or llama2.c checkpoint (chosen by the file's magic).
  * tokenizer_path: llama2.c tokenizer.bin (required for .bin checkpoints

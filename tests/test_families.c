@@ -281,6 +281,38 @@ static void test_quantize_rules(void **state) {
     }
 }
 
+/* Commands that handle only part of a family refuse it by name instead of
+ * computing something else (prune and PTQ calibration rewrite the seven
+ * separate dense matrices; INT8 hooks do not see experts; training is the
+ * Llama-2 layout). */
+static void expect_cli_refusal(const char *args, const char *needle) {
+    char cmd[20000];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", KVANT_BIN, args);
+    int status;
+    char *out = run_capture(cmd, &status);
+    if (status != 1 || !strstr(out, needle)) fail_msg("'%s': exit %d, output '%s' (want exit 1 and '%s')", args, status, out, needle);
+    free(out);
+}
+
+static void test_commands_refuse_what_they_cannot(void **state) {
+    (void)state;
+    char moe[4096], phi[4096], gem[4096], txt[4096], args[16384];
+    snprintf(moe, sizeof moe, "%s", shared_path("reference/arch/qwen3moe.gguf"));
+    snprintf(phi, sizeof phi, "%s", shared_path("reference/arch/phi3.gguf"));
+    snprintf(gem, sizeof gem, "%s", shared_path("reference/arch/gemma2.gguf"));
+    snprintf(txt, sizeof txt, "%s", shared_path("corpora/tinystories_val_subset.txt"));
+    snprintf(args, sizeof args, "prune %s %s --method magnitude --sparsity 0.5", moe, tmp_path("fam_x.gguf"));
+    expect_cli_refusal(args, "pruning does not support this qwen3moe model yet: it has routed experts");
+    snprintf(args, sizeof args, "prune %s %s --method magnitude --sparsity 0.5", phi, tmp_path("fam_x.gguf"));
+    expect_cli_refusal(args, "it has fused attn_qkv");
+    snprintf(args, sizeof args, "quantize %s %s --scheme zeropoint --bits 4 --calib %s", moe, tmp_path("fam_x.gguf"), txt);
+    expect_cli_refusal(args, "PTQ calibration (--calib, --gptq) does not support this qwen3moe");
+    snprintf(args, sizeof args, "ppl -m %s -f %s -c 64 --chunks 1 --w8a8", moe, txt);
+    expect_cli_refusal(args, "INT8 inference");
+    snprintf(args, sizeof args, "train -m %s -f %s -o %s --steps 1", gem, txt, tmp_path("fam_x.gguf"));
+    expect_cli_refusal(args, "training (train, qat, distill) does not support this gemma2 model");
+}
+
 /* info reports what each family adds */
 static void test_info_fields(void **state) {
     (void)state;
@@ -320,6 +352,7 @@ int main(void) {
         cmocka_unit_test(test_refuses_what_it_would_ignore),
         cmocka_unit_test(test_info_fields),
         cmocka_unit_test(test_quantize_rules),
+        cmocka_unit_test(test_commands_refuse_what_they_cannot),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

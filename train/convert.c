@@ -23,6 +23,8 @@ static void deq(const model_mat *w, float *dst) {
 }
 
 train_model *train_model_from(const model *m, kvant_status *st) {
+    /* the training forward/backward pass is the Llama-2 layout (train/tmpl.h) */
+    if (model_require(m, MODEL_FEAT_ALL, "training (train, qat, distill)", st)) return NULL;
     const train_config c = train_config_of(m);
     train_model *t = train_model_new(&c, st);
     if (!t) return NULL;
