@@ -148,6 +148,8 @@ kvant_int8 *kvant_int8_new(kvant_model *km, const kvant_int8_params *p, kvant_st
             sf[i] *= s_inj[i];
         }
         if (p->smooth_wo) {
+            /* wv's rows are divided by s: a v bias would have to be too */
+            if (model_require(base, MODEL_FEAT_BIAS, "SmoothQuant --smooth-wo", st)) goto fail;
             const int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
             if (!(wo = malloc(sizeof(float) * (size_t)c->n_layers * QD)) ||
                 !(sv = malloc(sizeof(float) * (size_t)c->n_layers * KVD))) {
