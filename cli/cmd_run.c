@@ -19,6 +19,14 @@ static void run_help(void) {
            "  -z, --tokenizer FILE   llama2.c tokenizer.bin (for .bin checkpoints;\n"
            "                         default: tokenizer.bin beside the model)\n"
            "  -p, --prompt TEXT      prompt (default: empty, generation starts from BOS)\n"
+           "      --chat             PROMPT is one user turn: rendered with the model's chat template\n"
+           "                         (detected from its tokenizer.chat_template), generation stops\n"
+           "                         at the end of the assistant's turn\n"
+           "      --system TEXT      with --chat: a system message before the user turn (implies --chat)\n"
+           "      --chat-template NAME  this template instead of the model's (implies --chat):\n"
+           "                         %s\n"
+           "      --chat-template-file FILE  the template a Jinja file holds, found by its markers\n"
+           "                         as in a model (implies --chat)\n"
            "  -n, --n-predict N      tokens to generate (default 128)\n"
            "  -c, --ctx N            context size in tokens (default: prompt + N)\n"
            "      --temp T           temperature; 0 = greedy (default 0.8)\n"
@@ -41,12 +49,14 @@ static void run_help(void) {
            "      --report-every N   every N generated tokens, print tokens/s over them, KV bytes\n"
            "                         and peak resident memory to stderr\n"
            "  -h, --help             this text\n",
-           kvant_default_threads());
+           kvant_chat_template_list(), kvant_default_threads());
     cli_int8_help();
 }
 
 typedef struct {
     const char *model, *tokenizer, *prompt;
+    bool chat;                      /* --chat: prompt (+ system) rendered with a chat template */
+    const char *system, *chat_template;
     int n_predict, n_ctx, threads, report_every;
     bool no_cache, ignore_eos, seed_set;
     kvant_sampling samp;
@@ -54,9 +64,30 @@ typedef struct {
     cli_int8 i8;
 } run_opts;
 
+/* --chat-template-file: the template a Jinja file holds, by its markers (as
+ * for a model's tokenizer.chat_template); NULL after a message when kvant
+ * knows none in it */
+static const char *template_from_file(const char *cmd, const char *path) {
+    size_t len;
+    char *text = cli_read_file(path, &len);
+    if (!text) {
+        fprintf(stderr, "%s: cannot read --chat-template-file '%s'\n", cmd, path);
+        return NULL;
+    }
+    const kvant_chat_template t = kvant_chat_detect_text(text);
+    free(text);
+    if (t == KVANT_CHAT_PLAIN) {
+        fprintf(stderr, "%s: %s: not a chat template kvant knows (known: %s; --chat-template NAME picks one)\n", cmd,
+                path, kvant_chat_template_list());
+        return NULL;
+    }
+    return kvant_chat_template_name(t);
+}
+
 /* returns -1 to continue, or an exit code */
 static int parse(int argc, char **argv, run_opts *o) {
     cli_args a = {argc, 1, argv, "kvant run", false};
+    const char *tmpl_file = NULL;
     *o = (run_opts){.prompt = "", .n_predict = 128, .samp = kvant_sampling_default(), .seq = kvant_seq_default()};
     cli_int8_init(&o->i8);
     for (; a.i < argc && !a.error; a.i++) {
@@ -64,6 +95,10 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (cli_is(&a, "-m", "--model")) o->model = cli_str(&a);
         else if (cli_is(&a, "-z", "--tokenizer")) o->tokenizer = cli_str(&a);
         else if (cli_is(&a, "-p", "--prompt")) o->prompt = cli_str(&a);
+        else if (cli_is(&a, "--chat", NULL)) o->chat = true;
+        else if (cli_is(&a, "--system", NULL)) { o->system = cli_str(&a); o->chat = true; }
+        else if (cli_is(&a, "--chat-template", NULL)) { o->chat_template = cli_str(&a); o->chat = true; }
+        else if (cli_is(&a, "--chat-template-file", NULL)) { tmpl_file = cli_str(&a); o->chat = true; }
         else if (cli_is(&a, "-n", "--n-predict")) o->n_predict = cli_int(&a, 0, 1 << 24);
         else if (cli_is(&a, "-c", "--ctx")) o->n_ctx = cli_int(&a, 1, 1 << 24);
         else if (cli_is(&a, "--temp", "--temperature")) o->samp.temperature = cli_float(&a, 0, 100);
@@ -90,6 +125,13 @@ static int parse(int argc, char **argv, run_opts *o) {
     if (a.error) return CLI_USAGE;
     if (!o->model) {
         fprintf(stderr, "kvant run: no model given: -m MODEL (see --help)\n");
+        return CLI_USAGE;
+    }
+    kvant_status st;
+    kvant_chat_template t;
+    if (tmpl_file && !o->chat_template && !(o->chat_template = template_from_file("kvant run", tmpl_file))) return CLI_USAGE;
+    if (o->chat_template && kvant_chat_template_by_name(o->chat_template, &t, &st)) {
+        fprintf(stderr, "kvant run: --chat-template: %s\n", st.msg);
         return CLI_USAGE;
     }
     if (!o->seed_set) o->samp.seed = (uint64_t)time(NULL);
@@ -140,6 +182,23 @@ static void print_stats(const run_opts *o, const run_stats *s) {
             (unsigned long long)o->samp.seed);
 }
 
+/* --chat: [system,] user as the model's (or --chat-template's) chat prompt,
+ * ending where the assistant's reply begins; NULL after a message */
+static char *chat_prompt(const run_opts *o, const kvant_model *m) {
+    kvant_status st;
+    kvant_chat_template t = kvant_chat_detect(m);
+    if (o->chat_template) kvant_chat_template_by_name(o->chat_template, &t, &st); /* checked in parse */
+    kvant_chat_msg msgs[2];
+    int n = 0;
+    if (o->system) msgs[n++] = (kvant_chat_msg){"system", o->system};
+    msgs[n++] = (kvant_chat_msg){"user", o->prompt};
+    char *text = kvant_chat_render(t, msgs, n, true, &st);
+    if (!text) fprintf(stderr, "kvant run: %s\n", st.msg);
+    else fprintf(stderr, "kvant run: chat template %s%s\n", kvant_chat_template_name(t),
+                 o->chat_template ? " (--chat-template)" : "");
+    return text;
+}
+
 int cmd_run(int argc, char **argv) {
     run_opts o;
     int rc = parse(argc, argv, &o);
@@ -155,8 +214,11 @@ int cmd_run(int argc, char **argv) {
     kvant_model_info info;
     kvant_model_get_info(m, &info);
 
-    /* prompt tokens: BOS + the text (SentencePiece adds the leading space) */
-    const size_t plen = strlen(o.prompt);
+    /* prompt tokens: BOS + the text (SentencePiece adds the leading space);
+     * --chat: the chat template's text, its special tokens parsed, BOS once */
+    char *chat_text = o.chat ? chat_prompt(&o, m) : NULL;
+    const char *ptext = o.chat ? chat_text : o.prompt;
+    const size_t plen = ptext ? strlen(ptext) : 0;
     int cap = (int)plen + 8;
     int32_t *tokens = malloc((size_t)(cap + o.n_predict) * sizeof *tokens);
     float *logits = malloc((size_t)info.vocab_size * sizeof *logits);
@@ -164,8 +226,8 @@ int cmd_run(int argc, char **argv) {
     kvant_sampler *smp = NULL;
     kvant_int8 *q8 = NULL;
     rc = CLI_FAIL;
-    if (!tokens || !logits) goto done;
-    int n_prompt = kvant_tokenize(m, o.prompt, plen, true, tokens, cap);
+    if (!tokens || !logits || !ptext) goto done;
+    int n_prompt = o.chat ? kvant_chat_tokenize(m, ptext, plen, tokens, cap) : kvant_tokenize(m, ptext, plen, true, tokens, cap);
     if (n_prompt <= 0) {
         fprintf(stderr, "kvant run: cannot tokenize the prompt\n");
         goto done;
@@ -240,6 +302,7 @@ done:
     cli_int8_free(&o.i8);
     free(tokens);
     free(logits);
+    free(chat_text);
     kvant_model_free(m);
     return rc;
 }

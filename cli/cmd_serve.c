@@ -15,7 +15,8 @@ static void usage(FILE *f) {
             "usage: kvant serve -m MODEL [options]\n"
             "\n"
             "OpenAI-compatible HTTP server: POST /v1/completions, POST /v1/chat/completions\n"
-            "(stream: true gives Server-Sent Events), GET /v1/models, GET /health, GET /metrics.\n"
+            "(stream: true gives Server-Sent Events), GET /v1/models, GET /health, GET /metrics,\n"
+            "POST /apply-template ({\"messages\": [...]} -> {\"prompt\": \"...\"}, the chat prompt).\n"
             "\n"
             "  -m, --model FILE        GGUF or llama2.c model (required)\n"
             "  -z, --tokenizer FILE    llama2.c tokenizer.bin\n"
@@ -36,14 +37,41 @@ static void usage(FILE *f) {
             "  --no-prefix-cache       do not reuse KV blocks of identical prompt prefixes\n"
             "  --max-body BYTES        largest request body (default 1048576; larger: 413)\n"
             "  -t, --threads N         compute threads (default: all CPUs)\n"
+            "  --chat-template NAME    render chats with this template instead of the one detected\n"
+            "                          from the model's tokenizer.chat_template (names below)\n"
+            "  --chat-template-file F  the template a Jinja file F holds, found by its markers\n"
             "  -q, --quiet             no per-request log lines\n"
             "\n"
             "SIGINT/SIGTERM: stop accepting, let running requests finish (up to 10 s),\n"
-            "cancel the rest, exit 0.\n");
+            "cancel the rest, exit 0.\n"
+            "\n"
+            "chat templates: %s\n",
+            kvant_chat_template_list());
+}
+
+/* --chat-template-file: the template a Jinja file holds, by its markers (as
+ * for a model's tokenizer.chat_template); NULL after a message when kvant
+ * knows none in it */
+static const char *template_from_file(const char *cmd, const char *path) {
+    size_t len;
+    char *text = cli_read_file(path, &len);
+    if (!text) {
+        fprintf(stderr, "%s: cannot read --chat-template-file '%s'\n", cmd, path);
+        return NULL;
+    }
+    const kvant_chat_template t = kvant_chat_detect_text(text);
+    free(text);
+    if (t == KVANT_CHAT_PLAIN) {
+        fprintf(stderr, "%s: %s: not a chat template kvant knows (known: %s; --chat-template NAME picks one)\n", cmd,
+                path, kvant_chat_template_list());
+        return NULL;
+    }
+    return kvant_chat_template_name(t);
 }
 
 int cmd_serve(int argc, char **argv) {
     cli_args a = {argc, 1, argv, "kvant serve", false};
+    const char *tmpl_file = NULL;
     const char *model = NULL, *tokenizer = NULL;
     srv_params p = {.port = 8080, .log_requests = true};
     p.engine = kvant_engine_default();
@@ -76,11 +104,22 @@ int cmd_serve(int argc, char **argv) {
         else if (cli_is(&a, "--max-body", NULL)) p.max_body = (size_t)cli_int(&a, 64, 1 << 30);
         else if (cli_is(&a, "-t", "--threads")) threads = cli_int(&a, 1, 1024);
         else if (cli_is(&a, "-q", "--quiet")) p.log_requests = false;
+        else if (cli_is(&a, "--chat-template", NULL)) p.chat_template = cli_str(&a);
+        else if (cli_is(&a, "--chat-template-file", NULL)) tmpl_file = cli_str(&a);
         else cli_unknown(&a);
     }
     if (a.error) return CLI_USAGE;
     if (!model) {
         fprintf(stderr, "kvant serve: -m MODEL is required (see --help)\n");
+        return CLI_USAGE;
+    }
+    kvant_status st;
+    kvant_chat_template tmpl;
+    const char *from_file = NULL; /* --chat-template wins over --chat-template-file */
+    if (tmpl_file && !p.chat_template && !(p.chat_template = from_file = template_from_file("kvant serve", tmpl_file)))
+        return CLI_USAGE;
+    if (p.chat_template && kvant_chat_template_by_name(p.chat_template, &tmpl, &st)) {
+        fprintf(stderr, "kvant serve: --chat-template: %s\n", st.msg);
         return CLI_USAGE;
     }
     /* SIGINT/SIGTERM are blocked in every thread (those started later inherit
@@ -91,7 +130,6 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
-    kvant_status st;
     kvant_model_params mp = {.tokenizer_path = tokenizer, .n_threads = threads};
     kvant_model *m = kvant_model_open(model, &mp, &st);
     if (!m) {
@@ -116,6 +154,10 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "kvant serve: %s on http://%s:%d (model id '%s', %d threads)\n", model,
             p.host ? p.host : "127.0.0.1", srv_port(s), p.model_id,
             threads ? threads : kvant_default_threads());
+    const char *why = p.chat_template ? "--chat-template" : "from the model";
+    if (tmpl_file && p.chat_template == from_file) why = tmpl_file;
+    else if (!p.chat_template && kvant_chat_detect(m) == KVANT_CHAT_PLAIN) why = "none known in the model";
+    fprintf(stderr, "kvant serve: chat template %s (%s)\n", kvant_chat_template_name(srv_chat_template(s)), why);
     fflush(stderr);
     int sig = 0;
     sigwait(&sigs, &sig);

@@ -623,6 +623,68 @@ typedef struct {
 kvant_code kvant_prune(const char *in_path, const char *out_path, const kvant_prune_params *p, kvant_status *st);
 
 /* ---- vocabulary only (api/vocab.c) -------------------------------------------
+/* ---- chat templates (chat/, api/chat.c) ------------------------------------------
+ * The chat formats of the model families kvant runs, written out in C (no
+ * Jinja engine): each renders a conversation exactly as the family's own
+ * Jinja chat template does with add_generation_prompt=true, special tokens
+ * as their text.  kvant_chat_detect picks one from the GGUF's
+ * tokenizer.chat_template by markers, as llama.cpp's llm_chat_detect_template
+ * does (no template or an unknown one: KVANT_CHAT_PLAIN).  The rendered text
+ * holds BOS where the family's template writes it ("<|begin_of_text|>",
+ * "<bos>", "<s>"); kvant_chat_tokenize turns it into tokens without doubling
+ * it.  See README "Chat templates" for each one's rendering. */
+typedef enum {
+    KVANT_CHAT_PLAIN = 0,       /* "plain": "User: text\nAssistant:" (models without a template) */
+    KVANT_CHAT_CHATML,          /* "chatml": <|im_start|>role\n...<|im_end|>\n */
+    KVANT_CHAT_QWEN2_5,         /* "qwen2.5": ChatML + Qwen's default system message when none is given */
+    KVANT_CHAT_QWEN3,           /* "qwen3": ChatML; <think> reasoning dropped from earlier turns */
+    KVANT_CHAT_QWEN3_NO_THINK,  /* "qwen3-no-think": qwen3 + an empty <think></think> (enable_thinking=false) */
+    KVANT_CHAT_LLAMA2,          /* "llama-2": <s>[INST] <<SYS>>...<</SYS>> ... [/INST] */
+    KVANT_CHAT_LLAMA3,          /* "llama-3": <|start_header_id|>role<|end_header_id|> (Llama 3.0) */
+    KVANT_CHAT_LLAMA3_1,        /* "llama-3.1": + "Cutting Knowledge Date" system header, 26 Jul 2024 */
+    KVANT_CHAT_LLAMA3_2,        /* "llama-3.2": the same with today's date (strftime_now) */
+    KVANT_CHAT_GEMMA,           /* "gemma": Gemma 2/3, <start_of_turn>user / model */
+    KVANT_CHAT_PHI3,            /* "phi-3": <|user|>\n...<|end|>\n (Phi-3, Phi-3.5) */
+    KVANT_CHAT_PHI4_MINI,       /* "phi-4-mini": <|user|>...<|end|> */
+    KVANT_CHAT_PHI4,            /* "phi-4": <|im_start|>role<|im_sep|>...<|im_end|> */
+    KVANT_CHAT_MISTRAL_V1,      /* "mistral-v1": <s> [INST] ... [/INST] */
+    KVANT_CHAT_MISTRAL_V3,      /* "mistral-v3": <s>[INST] ...[/INST] */
+    KVANT_CHAT_MISTRAL_V3_TEKKEN, /* "mistral-v3-tekken": <s>[INST]...[/INST] (Nemo) */
+    KVANT_CHAT_MISTRAL_V7,      /* "mistral-v7": [SYSTEM_PROMPT] ...[/SYSTEM_PROMPT][INST] ...[/INST] */
+    KVANT_CHAT_MISTRAL_V7_TEKKEN, /* "mistral-v7-tekken": the same without spaces (Mistral Small 3) */
+    KVANT_CHAT_ZEPHYR,          /* "zephyr": <|user|>\n...</s>\n */
+    KVANT_CHAT_N_TEMPLATES
+} kvant_chat_template;
+
+typedef struct {
+    const char *role;       /* "system", "user" or "assistant" */
+    const char *content;    /* UTF-8, NUL-terminated */
+} kvant_chat_msg;
+
+/* The template of m's GGUF tokenizer.chat_template (KVANT_CHAT_PLAIN when
+ * it has none or one kvant does not recognise). */
+kvant_chat_template kvant_chat_detect(const kvant_model *m);
+/* The same for a template text (NULL: KVANT_CHAT_PLAIN). */
+kvant_chat_template kvant_chat_detect_text(const char *jinja);
+/* By name: the names above, or llama.cpp's for them ("llama3", "phi3",
+ * "gemma2"...).  Unknown: KVANT_ERR_ARG, st->msg lists the known names. */
+kvant_code kvant_chat_template_by_name(const char *name, kvant_chat_template *out, kvant_status *st);
+/* The canonical name of t ("?" when out of range). */
+const char *kvant_chat_template_name(kvant_chat_template t);
+/* Every canonical name, ", "-separated (static). */
+const char *kvant_chat_template_list(void);
+/* The prompt for msgs[0..n): malloc'd text (the caller frees it), ending
+ * where the assistant's reply begins when add_assistant.  NULL + st:
+ * KVANT_ERR_ARG for an unknown role or template, KVANT_ERR_NOMEM. */
+char *kvant_chat_render(kvant_chat_template t, const kvant_chat_msg *msgs, int n, bool add_assistant,
+                        kvant_status *st);
+/* Tokenizes a rendered prompt as llama.cpp does: the text of special tokens
+ * becomes those tokens (parse_special), and BOS is put first when the
+ * vocabulary adds one (tokenizer.ggml.add_bos_token) unless the text already
+ * begins with it.  Returns the count, -(needed) when max is too small, or
+ * INT_MIN when out of memory. */
+int kvant_chat_tokenize(const kvant_model *m, const char *text, size_t len, int32_t *tokens, int max);
+
  * The tokenizer of a GGUF file without its weights: any file with
  * tokenizer.ggml.* metadata, also a vocabulary-only one that has no tensors
  * and no architecture (as llama.cpp's vocab_only loads them).  The handle is

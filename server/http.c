@@ -12,6 +12,7 @@
  * which frees its KV blocks before the next step. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <microhttpd.h>
 #include <pthread.h>
@@ -87,7 +88,7 @@ struct srv {
     char model_id[256];
     char *api_key;
     int max_ctx;
-    srv_chat_kind chat_kind;
+    kvant_chat_template chat_kind;
     struct MHD_Daemon *d;
     int port;
     pthread_t engine_thread;
@@ -708,14 +709,14 @@ static bool parse_prompt(srv *s, cJSON *j, parsed *p, verr *v) {
     return bad(v, "prompt", "'prompt' must be a string, an array of token ids or an array of one string");
 }
 
-static bool parse_messages(srv *s, cJSON *j, parsed *p, verr *v) {
+static bool parse_messages(srv *s, cJSON *j, parsed *p, verr *v, bool add_assistant) {
     cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "messages");
     if (!ms) return bad(v, "messages", "'messages' is required");
     if (!cJSON_IsArray(ms)) return bad(v, "messages", "'messages' must be an array");
     const int n = cJSON_GetArraySize(ms);
     if (!n) return bad(v, "messages", "'messages' is empty");
     if (n > 4096) return bad(v, "messages", "too many messages");
-    srv_chat_msg *msg = calloc((size_t)n, sizeof *msg);
+    kvant_chat_msg *msg = calloc((size_t)n, sizeof *msg);
     char **own = calloc((size_t)n, sizeof *own);
     bool ok = msg && own, any = false;
     for (int i = 0; ok && i < n; i++) {
@@ -757,7 +758,8 @@ static bool parse_messages(srv *s, cJSON *j, parsed *p, verr *v) {
         if (msg[i].content[0]) any = true;
     }
     if (ok && !any) ok = bad(v, "messages", "every message is empty");
-    if (ok && !(p->text = srv_chat_render(s->chat_kind, msg, n))) ok = bad(v, "messages", "out of memory");
+    kvant_status st;
+    if (ok && !(p->text = kvant_chat_render(s->chat_kind, msg, n, add_assistant, &st))) ok = bad(v, "messages", "%s", st.msg);
     for (int i = 0; own && i < n; i++) free(own[i]);
     free(own);
     free(msg);
@@ -781,7 +783,7 @@ static enum MHD_Result handle_generate(srv *s, conn_ctx *x, struct MHD_Connectio
     verr v = {0};
     enum MHD_Result ret;
     int32_t *tok = NULL;
-    bool ok = parse_common(s, j, chat, &p, &v) && (chat ? parse_messages(s, j, &p, &v) : parse_prompt(s, j, &p, &v));
+    bool ok = parse_common(s, j, chat, &p, &v) && (chat ? parse_messages(s, j, &p, &v, true) : parse_prompt(s, j, &p, &v));
     cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
     if (ok && cJSON_IsString(model) && strcmp(model->valuestring, s->model_id)) {
         ret = send_error(s, x, c, MHD_HTTP_NOT_FOUND, "invalid_request_error", "model", "model_not_found",
@@ -793,13 +795,18 @@ static enum MHD_Result handle_generate(srv *s, conn_ctx *x, struct MHD_Connectio
         goto out;
     }
     int n_prompt = p.n_ids;
-    if (p.text) { /* tokenize with BOS; more tokens than the context is an error */
+    if (p.text) { /* tokenize with BOS (chat: special tokens too, BOS not doubled); more than the context is an error */
         tok = malloc((size_t)(s->max_ctx + 1) * sizeof *tok);
         if (!tok) {
             ret = send_error(s, x, c, 500, "server_error", NULL, NULL, "out of memory");
             goto out;
         }
-        n_prompt = kvant_tokenize(s->m, p.text, strlen(p.text), true, tok, s->max_ctx + 1);
+        n_prompt = chat ? kvant_chat_tokenize(s->m, p.text, strlen(p.text), tok, s->max_ctx + 1)
+                        : kvant_tokenize(s->m, p.text, strlen(p.text), true, tok, s->max_ctx + 1);
+        if (n_prompt == INT_MIN) {
+            ret = send_error(s, x, c, 500, "server_error", NULL, NULL, "out of memory");
+            goto out;
+        }
         if (n_prompt < 0) n_prompt = -n_prompt;
     } else
         tok = p.ids, p.ids = NULL;
@@ -880,6 +887,34 @@ out:
     return ret;
 }
 
+/* POST /apply-template (as llama-server): {"messages": [...]} -> {"prompt": "..."},
+ * the text /v1/chat/completions would tokenize; "add_generation_prompt"
+ * (default true) ends it where the assistant's reply begins. */
+static enum MHD_Result handle_apply_template(srv *s, conn_ctx *x, struct MHD_Connection *c) {
+    if (x->too_big)
+        return send_error(s, x, c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", NULL, "request_too_large",
+                          "request body exceeds %zu bytes", s->p.max_body);
+    cJSON *j = cJSON_ParseWithLength(x->body ? x->body : "", x->len);
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return send_error(s, x, c, 400, "invalid_request_error", NULL, "invalid_json", "the body must be a JSON object");
+    }
+    parsed p = {0};
+    verr v = {0};
+    bool add = true;
+    enum MHD_Result ret;
+    if (get_bool(j, "add_generation_prompt", &add, &v) && parse_messages(s, j, &p, &v, add)) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "prompt", p.text);
+        ret = send_json(x, c, 200, o);
+    } else {
+        ret = send_error(s, x, c, 400, "invalid_request_error", v.param, NULL, "%s", v.msg);
+    }
+    parsed_free(&p);
+    cJSON_Delete(j);
+    return ret;
+}
+
 /* ---- routing ------------------------------------------------------------------ */
 static bool authorized(srv *s, struct MHD_Connection *c) {
     if (!s->api_key) return true;
@@ -909,7 +944,7 @@ static enum MHD_Result route_request(srv *s, conn_ctx *x, struct MHD_Connection 
         if (!t) return MHD_NO;
         return send_text(x, c, 200, "text/plain; version=0.0.4; charset=utf-8", t, NULL);
     }
-    const bool v1 = !strncmp(url, "/v1/", 4);
+    const bool v1 = !strncmp(url, "/v1/", 4) || !strcmp(url, "/apply-template");
     if (v1 && !authorized(s, c))
         return send_error(s, x, c, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", NULL, "invalid_api_key",
                           "missing or wrong API key (send 'Authorization: Bearer KEY')");
@@ -924,6 +959,10 @@ static enum MHD_Result route_request(srv *s, conn_ctx *x, struct MHD_Connection 
         cJSON_AddNumberToObject(o, "max_model_len", s->max_ctx);
         cJSON_AddItemToArray(d, o);
         return send_json(x, c, 200, j);
+    }
+    if (!strcmp(url, "/apply-template")) {
+        if (!post) goto method;
+        return handle_apply_template(s, x, c);
     }
     if (!strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions")) {
         if (!post) goto method;
@@ -1018,11 +1057,15 @@ srv *srv_start(kvant_model *m, const srv_params *p, kvant_status *st) {
     snprintf(s->model_id, sizeof s->model_id, "%s", p->model_id ? p->model_id : s->info.name);
     s->api_key = p->api_key && p->api_key[0] ? strdup(p->api_key) : NULL;
     s->max_ctx = p->engine.max_ctx > 0 ? p->engine.max_ctx : s->info.n_ctx_train;
-    char *tmpl = NULL;
-    const int tl = kvant_model_meta_str(m, "tokenizer.chat_template", NULL, 0);
-    if (tl >= 0 && (tmpl = malloc((size_t)tl + 1))) kvant_model_meta_str(m, "tokenizer.chat_template", tmpl, (size_t)tl + 1);
-    s->chat_kind = srv_chat_detect(tmpl);
-    free(tmpl);
+    if (p->chat_template) {
+        if (kvant_chat_template_by_name(p->chat_template, &s->chat_kind, st)) {
+            free(s->api_key);
+            free(s);
+            return NULL;
+        }
+    } else {
+        s->chat_kind = kvant_chat_detect(m);
+    }
     s->t_start = (int64_t)time(NULL);
     srv_metrics_init(&s->mt);
     pthread_mutex_init(&s->reg_mu, NULL);
@@ -1074,6 +1117,8 @@ fail:
 }
 
 int srv_port(const srv *s) { return s->port; }
+
+kvant_chat_template srv_chat_template(const srv *s) { return s->chat_kind; }
 
 static int reg_count(srv *s) {
     pthread_mutex_lock(&s->reg_mu);

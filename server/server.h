@@ -22,6 +22,8 @@ typedef struct {
     int default_max_tokens; /* completions without max_tokens (0: 16, OpenAI's) */
     kvant_engine_params engine;
     bool log_requests;      /* one line per request on the library log */
+    const char *chat_template; /* NULL: detected from the model; else a name
+                               (kvant_chat_template_by_name; unknown: KVANT_ERR_ARG) */
 } srv_params;
 
 typedef struct srv srv;
@@ -35,19 +37,9 @@ int srv_port(const srv *s);
  * "abort"), then stop both threads and free everything. */
 void srv_stop(srv *s, int grace_ms);
 
-/* ---- chat templates (server/chat.c) ------------------------------------------ */
-typedef enum { CHAT_PLAIN, CHAT_LLAMA2, CHAT_CHATML, CHAT_ZEPHYR, CHAT_LLAMA3 } srv_chat_kind;
-typedef struct {
-    const char *role;       /* "system", "user", "assistant" */
-    const char *content;
-} srv_chat_msg;
-/* Which common template a GGUF tokenizer.chat_template is, by its markers
- * (NULL or unknown: CHAT_PLAIN). */
-srv_chat_kind srv_chat_detect(const char *tmpl);
-const char *srv_chat_name(srv_chat_kind k);
-/* The prompt text for messages, ending where the assistant's reply begins
- * (malloc'd, NULL when out of memory).  BOS is added by the tokenizer. */
-char *srv_chat_render(srv_chat_kind k, const srv_chat_msg *msgs, int n);
+/* The chat template /v1/chat/completions and /apply-template render with:
+ * p->chat_template by name, else the model's (kvant_chat_detect). */
+kvant_chat_template srv_chat_template(const srv *s);
 
 /* ---- stop strings over streamed text (server/text.c) ---------------------------
  * Text arrives in pieces; srv_text_emittable says how many bytes from `sent`

