@@ -4,7 +4,8 @@
  * header, Gemma's system text in the first user turn, Qwen3's reasoning,
  * Mistral v3's system text in the last user turn, Phi's EOS without the
  * generation prompt); detection by markers and by name; tokenization of a
- * rendered prompt (special tokens, one BOS); kvant serve's POST
+ * rendered prompt (special tokens, one BOS); the special texts against the
+ * real Llama 3, Qwen2, Phi-3 and Llama 2 vocabularies; kvant serve's POST
  * /apply-template and chat prompt tokens; kvant run --chat.
  *
  * The expected strings are what each family's own Jinja template renders
@@ -18,6 +19,7 @@
 #include <time.h>
 
 #include "chat/chat.h"
+#include "format/gguf.h"
 #include "server/server.h"
 #include "testutil.h"
 
@@ -301,6 +303,61 @@ static void test_tokenize(void **state) {
     kvant_model_free(m);
 }
 
+/* The special texts the templates write are single tokens of the families'
+ * real vocabularies (llama.cpp's vocab files in ../shared/tokenizers), and a
+ * rendered prompt starts with exactly one BOS when tokenized with them. */
+static void test_real_vocab_specials(void **state) {
+    (void)state;
+    static const struct {
+        const char *vocab;
+        kvant_chat_template t;
+        const char *specials[8];
+    } cases[] = {
+        {"ggml-vocab-llama-bpe.gguf", KVANT_CHAT_LLAMA3_1,
+         {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}},
+        {"ggml-vocab-qwen2.gguf", KVANT_CHAT_QWEN2_5, {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}},
+        {"ggml-vocab-phi-3.gguf", KVANT_CHAT_PHI3, {"<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|endoftext|>"}},
+        {"ggml-vocab-llama-spm.gguf", KVANT_CHAT_LLAMA2, {"<s>", "</s>"}},
+    };
+    int32_t tok[512];
+    char path[256];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(path, sizeof path, "tokenizers/%s", cases[i].vocab);
+        kvant_status st;
+        kvant_vocab *v = kvant_vocab_open(shared_path(path), &st);
+        if (!v) fail_msg("%s: %s", cases[i].vocab, st.msg);
+        for (int k = 0; k < 8 && cases[i].specials[k]; k++) {
+            const char *sp = cases[i].specials[k];
+            const int n = kvant_vocab_tokenize(v, sp, strlen(sp), false, true, tok, 512);
+            if (n != 1) fail_msg("%s: '%s' is %d tokens", cases[i].vocab, sp, n);
+        }
+        char *text = render(cases[i].t, CONV, 4, true);
+        const int n = kvant_vocab_tokenize(v, text, strlen(text), false, true, tok, 512);
+        assert_true(n > 4);
+        int32_t bos = -1; /* the BOS the vocabulary adds (none: Qwen) */
+        assert_true(kvant_vocab_tokenize(v, "", 0, true, false, &bos, 1) >= 0);
+        int n_bos = 0;
+        for (int j = 0; j < n; j++) n_bos += tok[j] == bos;
+        if (cases[i].t == KVANT_CHAT_LLAMA2) assert_int_equal(n_bos, 2); /* Llama 2 opens each user turn with BOS */
+        else if (cases[i].t == KVANT_CHAT_LLAMA3_1) assert_int_equal(n_bos, 1);
+        if (n_bos) assert_int_equal(tok[0], bos);
+        free(text);
+        kvant_vocab_free(v);
+    }
+    /* the phi-3 vocabulary file carries Phi-3-mini's first template: detected as phi-3 */
+    kvant_status st;
+    gguf_ctx *g = gguf_open(shared_path("tokenizers/ggml-vocab-phi-3.gguf"), &st);
+    assert_non_null(g);
+    gguf_str t;
+    assert_true(gguf_get_str(g, "tokenizer.chat_template", &t));
+    char *jinja = malloc((size_t)t.len + 1);
+    memcpy(jinja, t.data, (size_t)t.len);
+    jinja[t.len] = 0;
+    assert_int_equal(kvant_chat_detect_text(jinja), KVANT_CHAT_PHI3);
+    free(jinja);
+    gguf_close(g);
+}
+
 /* ---- kvant serve: POST /apply-template, chat prompt tokens ----------------------- */
 typedef struct {
     char *p;
@@ -504,6 +561,7 @@ int main(void) {
         cmocka_unit_test(test_every_template), cmocka_unit_test(test_family_details),
         cmocka_unit_test(test_bad_messages),   cmocka_unit_test(test_detect),
         cmocka_unit_test(test_names),          cmocka_unit_test(test_tokenize),
+        cmocka_unit_test(test_real_vocab_specials),
         cmocka_unit_test(test_serve_apply_template), cmocka_unit_test(test_run_chat),
     };
     const int r = cmocka_run_group_tests(tests, NULL, NULL);
