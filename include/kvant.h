@@ -622,7 +622,6 @@ typedef struct {
 /* Prunes a GGUF llama model's layer matrices and writes a loadable GGUF. */
 kvant_code kvant_prune(const char *in_path, const char *out_path, const kvant_prune_params *p, kvant_status *st);
 
-/* ---- vocabulary only (api/vocab.c) -------------------------------------------
 /* ---- chat templates (chat/, api/chat.c) ------------------------------------------
  * The chat formats of the model families kvant runs, written out in C (no
  * Jinja engine): each renders a conversation exactly as the family's own
@@ -685,6 +684,7 @@ char *kvant_chat_render(kvant_chat_template t, const kvant_chat_msg *msgs, int n
  * INT_MIN when out of memory. */
 int kvant_chat_tokenize(const kvant_model *m, const char *text, size_t len, int32_t *tokens, int max);
 
+/* ---- vocabulary only (api/vocab.c) -------------------------------------------
  * The tokenizer of a GGUF file without its weights: any file with
  * tokenizer.ggml.* metadata, also a vocabulary-only one that has no tensors
  * and no architecture (as llama.cpp's vocab_only loads them).  The handle is
