@@ -39,7 +39,7 @@ static const struct {
 } ALIASES[] = {
     {"llama2", KVANT_CHAT_LLAMA2},  {"llama3", KVANT_CHAT_LLAMA3},  {"llama3.1", KVANT_CHAT_LLAMA3_1},
     {"llama3.2", KVANT_CHAT_LLAMA3_2}, {"phi3", KVANT_CHAT_PHI3},   {"phi4", KVANT_CHAT_PHI4},
-    {"gemma2", KVANT_CHAT_GEMMA},   {"gemma3", KVANT_CHAT_GEMMA},   {"qwen2", KVANT_CHAT_QWEN2_5},
+    {"gemma2", KVANT_CHAT_GEMMA},   {"gemma3", KVANT_CHAT_GEMMA},
 };
 
 const char *chat_name(kvant_chat_template t) {
@@ -69,7 +69,8 @@ kvant_chat_template chat_detect(const char *t) {
     if (chat_from_name(t, &named)) return named;
     if (has(t, "<|im_start|>")) {
         if (has(t, "<|im_sep|>")) return KVANT_CHAT_PHI4;
-        /* Qwen 2 / 2.5 inject a default system turn when there is none */
+        /* Qwen2.5 injects its default system turn when there is none (Qwen2's
+         * default, "You are a helpful assistant.", is not one kvant renders) */
         if (has(t, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.")) return KVANT_CHAT_QWEN2_5;
         if (has(t, "</think>")) return KVANT_CHAT_QWEN3; /* strips reasoning from earlier turns */
         return KVANT_CHAT_CHATML;
