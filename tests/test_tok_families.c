@@ -901,6 +901,31 @@ static const char *vocab_path(const char *vocab) {
     return path;
 }
 
+/* End of generation as llama.cpp's special_eog_ids: each family's end-of-turn
+ * token by its text, and EOS; never an ordinary token. */
+static void expect_eog(const char *vocab, const char *const *texts, int n) {
+    tok *t = load_vocab(vocab);
+    for (int i = 0; i < n; i++) {
+        const int32_t id = tok_find(t, texts[i], strlen(texts[i]));
+        if (id < 0) fail_msg("%s has no %s", vocab, texts[i]);
+        if (!tok_is_eog(t, id)) fail_msg("%s: %s (%d) does not end a generation", vocab, texts[i], id);
+    }
+    assert_true(tok_is_eog(t, tok_eos(t)));
+    const int32_t word = tok_find(t, "the", 3);
+    if (word >= 0) assert_false(tok_is_eog(t, word));
+    tok_free(t);
+}
+
+static void test_end_of_generation(void **state) {
+    (void)state;
+    static const char *const llama3[] = {"<|eot_id|>", "<|end_of_text|>"}; /* Llama 3.0: no <|eom_id|> yet */
+    static const char *const qwen[] = {"<|im_end|>", "<|endoftext|>"};
+    static const char *const phi3[] = {"<|end|>", "<|endoftext|>"};
+    expect_eog("llama-bpe", llama3, 2);
+    expect_eog("qwen2", qwen, 2);
+    expect_eog("phi-3", phi3, 2);
+}
+
 static void test_vocab_api(void **state) {
     (void)state;
     kvant_status st;
@@ -1073,6 +1098,7 @@ int main(void) {
         cmocka_unit_test(test_spm_no_space_prefix),
         cmocka_unit_test(test_phi3_rstrip),
         cmocka_unit_test(test_forced_control),
+        cmocka_unit_test(test_end_of_generation),
         cmocka_unit_test(test_vocab_api),
         cmocka_unit_test(test_cli_tokenize),
     };

@@ -114,19 +114,36 @@ static void eog_add(tok *t, int32_t id) {
     t->eog[t->n_eog++] = id;
 }
 
-/* The end-of-generation set (tok_is_eog): EOS, the file's eot / eom ids,
- * then the end-of-turn texts llama.cpp recognises (llama-vocab.cpp). */
+/* The end-of-generation set (tok_is_eog), as llama.cpp's special_eog_ids
+ * (llama-vocab.cpp at 34af94cd9): the FIM pad / repo / separator ids, the
+ * end-of-turn texts, and EOS, EOT, EOM; when a vocabulary has both
+ * <|return|> and <|call|> (gpt-oss) or <|calls|> and <|flush|> (solar-open),
+ * <|end|> is not an end there (it closes a message inside a turn). */
+static int32_t text_id(const tok *t, const char *text) {
+    return tok_map_get(&t->vocab, t->blob, text, strlen(text), "", 0);
+}
+
 static void eog_find(tok *t, const gguf_ctx *g) {
-    eog_add(t, t->eos);
+    static const char *const keys[] = {"tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id",
+                                       "tokenizer.ggml.fim_sep_token_id"};
     uint32_t v;
+    for (size_t i = 0; g && i < sizeof keys / sizeof *keys; i++)
+        if (gguf_get_u32(g, keys[i], &v) && v < (uint32_t)t->n_vocab) eog_add(t, (int32_t)v);
+    static const char *const texts[] = {
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+        "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+        "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+        "[e~["};
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) eog_add(t, text_id(t, texts[i]));
+    eog_add(t, t->eos);
     if (g && gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &v) && v < (uint32_t)t->n_vocab) eog_add(t, (int32_t)v);
     if (g && gguf_get_u32(g, "tokenizer.ggml.eom_token_id", &v) && v < (uint32_t)t->n_vocab) eog_add(t, (int32_t)v);
-    static const char *const texts[] = {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                        "<|endoftext|>", "<EOT>", "_<EOT>", "<|end_of_text|>"};
-    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
-        int32_t id = tok_map_get(&t->vocab, t->blob, texts[i], strlen(texts[i]), "", 0);
-        if (id >= 0) eog_add(t, id);
-    }
+    const bool harmony = (text_id(t, "<|return|>") >= 0 && text_id(t, "<|call|>") >= 0) ||
+                         (text_id(t, "<|calls|>") >= 0 && text_id(t, "<|flush|>") >= 0);
+    const int32_t end = text_id(t, "<|end|>");
+    if (harmony && end >= 0)
+        for (int i = 0; i < t->n_eog; i++)
+            if (t->eog[i] == end) t->eog[i] = t->eog[--t->n_eog];
 }
 
 /* ---- token types and attributes llama.cpp adjusts after loading ---------------

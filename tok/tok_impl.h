@@ -112,7 +112,7 @@ struct tok {
     tok_map vocab;          /* text -> id */
 
     int bos, eos, unk;      /* -1 if none */
-    int32_t eog[8];         /* end-of-generation ids (eos, eot, eom, the family's end-of-turn) */
+    int32_t eog[32];        /* end-of-generation ids (eos, eot, eom, FIM pad/repo/sep, the families' end-of-turn) */
     int n_eog;
     bool add_bos;
     bool add_eos;           /* tokenizer.ggml.add_eos_token (tok_add_eos) */
