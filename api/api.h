@@ -22,6 +22,7 @@ struct kvant_seq {
 struct kvant_kv_pool {
     const model *m;
     kv_pool *pool;
+    kv_pool *lpool;   /* sliding-window layers' pool, or NULL (model_kv_pools_new) */
     int max_ctx;
 };
 

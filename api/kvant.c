@@ -159,8 +159,7 @@ kvant_kv_pool *kvant_kv_pool_new(kvant_model *km, const kvant_kv_pool_params *p,
                                .n_blocks = p->mem_mib > 0 ? 0 : p->n_blocks,
                                .budget_bytes = (uint64_t)(p->mem_mib * 1048576.0), .max_ctx = kp->max_ctx,
                                .max_seqs = p->max_seqs, .prefix_cache = p->prefix_cache};
-    kp->pool = kv_pool_new(&pp, st);
-    if (!kp->pool) {
+    if (model_kv_pools_new(km->m, &pp, SEQ_MAX_BATCH, &kp->pool, &kp->lpool, st)) {
         free(kp);
         return NULL;
     }
@@ -170,6 +169,7 @@ kvant_kv_pool *kvant_kv_pool_new(kvant_model *km, const kvant_kv_pool_params *p,
 void kvant_kv_pool_free(kvant_kv_pool *kp) {
     if (!kp) return;
     kv_pool_free(kp->pool);
+    kv_pool_free(kp->lpool);
     free(kp);
 }
 
@@ -205,7 +205,7 @@ kvant_seq *kvant_seq_new_ex(kvant_model *km, const kvant_seq_params *p, kvant_st
     int n_ctx = p->n_ctx > 0 ? p->n_ctx : c->n_ctx_train;
     s->params = *p;
     if (p->pool) {
-        s->kv = kv_paged_store_new(p->pool->pool, false, st);
+        s->kv = model_kv_store_new(m, p->pool->pool, p->pool->lpool, SEQ_MAX_BATCH, false, st);
         n_ctx = p->pool->max_ctx;
     } else if (p->window > 0) {
         s->kv = kv_streaming_new(c->n_layers, p->sink, p->window, kv_dim, type, st);
@@ -218,8 +218,10 @@ kvant_seq *kvant_seq_new_ex(kvant_model *km, const kvant_seq_params *p, kvant_st
                                    .n_blocks = p->kv_mem_mib > 0 ? 0 : (n_ctx + B - 1) / B,
                                    .budget_bytes = (uint64_t)(p->kv_mem_mib * 1048576.0),
                                    .max_ctx = n_ctx, .max_seqs = 1, .prefix_cache = false};
-        kv_pool *pool = kv_pool_new(&pp, st);
-        if (pool && !(s->kv = kv_paged_store_new(pool, true, st))) kv_pool_free(pool);
+        kv_pool *pool, *local;
+        if (!model_kv_pools_new(m, &pp, SEQ_MAX_BATCH, &pool, &local, st) &&
+            !(s->kv = model_kv_store_new(m, pool, local, SEQ_MAX_BATCH, true, st)))
+            kv_pool_free(pool), kv_pool_free(local);
     } else {
         s->kv = kv_contiguous_new(c->n_layers, n_ctx, kv_dim, type, st);
     }
@@ -291,6 +293,15 @@ void kvant_seq_kv_stats(const kvant_seq *s, kvant_kv_stats *o) {
     }
     kv_pool_stats ps;
     kv_pool_stats_get(pool, &ps);
+    kv_pool *local = kv_paged_store_local_pool(s->kv);
+    if (local) { /* the sliding-window layers' pool: its blocks are other blocks (fewer layers) */
+        kv_pool_stats ls;
+        kv_pool_stats_get(local, &ls);
+        o->swa_blocks_total = ls.blocks_total;
+        o->swa_blocks_used = ls.blocks_used;
+        o->swa_bytes_total = ls.bytes_total;
+        o->swa_bytes_used = ls.bytes_used;
+    }
     o->paged = true;
     o->block_size = ps.block_size;
     o->blocks_total = ps.blocks_total;
@@ -298,8 +309,8 @@ void kvant_seq_kv_stats(const kvant_seq *s, kvant_kv_stats *o) {
     o->blocks_cached = ps.blocks_cached;
     o->blocks_free = ps.blocks_free;
     o->bytes_per_block = ps.bytes_per_block;
-    o->bytes_total = ps.bytes_total;
-    o->bytes_used = ps.bytes_used;
+    o->bytes_total = ps.bytes_total + o->swa_bytes_total;
+    o->bytes_used = ps.bytes_used + o->swa_bytes_used;
     o->frag_tokens = ps.frag_tokens;
     o->prefix_hit_tokens = ps.prefix_hit_tokens;
     o->cow_copies = ps.cow_copies;

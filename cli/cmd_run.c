@@ -173,6 +173,11 @@ static void print_stats(const run_opts *o, const run_stats *s) {
                 (long long)s->kv.blocks_total, (long long)s->kv.blocks_used, (long long)s->kv.blocks_cached,
                 (long long)s->kv.blocks_free, s->kv.block_size, s->kv.bytes_per_block, (long long)s->kv.frag_tokens,
                 (long long)s->kv.prefix_hit_tokens);
+    if (s->kv.swa_blocks_total)
+        fprintf(stderr, "KV sliding window: the local layers' own pool: %lld of %lld blocks used (%.2f of %.2f MiB); "
+                        "blocks older than the window are given back\n",
+                (long long)s->kv.swa_blocks_used, (long long)s->kv.swa_blocks_total, s->kv.swa_bytes_used / 1048576.0,
+                s->kv.swa_bytes_total / 1048576.0);
     fprintf(stderr, "KV cache:          %s, %s, %s attention", o->seq.window ? "streaming" : o->seq.kv,
             o->seq.kv_type, o->seq.attn);
     if (o->seq.window) fprintf(stderr, ", sink %d + window %d, %lld tokens evicted", o->seq.sink, o->seq.window,

@@ -175,6 +175,11 @@ typedef struct {
     int64_t prefix_hit_tokens;  /* tokens served from the prefix cache so far */
     int64_t cow_copies;
     size_t seq_bytes;           /* bytes of this sequence's cached tokens */
+    /* sliding-window models: the local layers' own pool, whose blocks leave a
+     * sequence with the window (included in bytes_total / bytes_used; the
+     * blocks_* above are the global layers' pool) */
+    int64_t swa_blocks_total, swa_blocks_used;
+    size_t swa_bytes_total, swa_bytes_used;
 } kvant_kv_stats;
 void kvant_seq_kv_stats(const kvant_seq *s, kvant_kv_stats *out);
 void kvant_seq_free(kvant_seq *s);

@@ -28,6 +28,10 @@
  * when the max grew, S = 2^(S - m') (0 past the row's last position),
  * l += sum S;  then A += S . V.  At the end out = A / l.
  *
+ * With a sliding window, tiles start at the one holding the block's first
+ * query's first position (aligned as without a window), rows before it are
+ * never read (a paged cache may have returned their blocks) and each row
+ * masks what precedes its own window.
  * Rows whose query comes before the tile (q_pos0 + t < p0) skip it.  The
  * last tile is cut at q_pos0 + t1 (t1: one past the block's last query), so
  * nothing at or past n_pos is read.  Units are handed out through an atomic
@@ -301,7 +305,7 @@ static void rope_head(float *x, int pos, const kern_rope_params *p, const float 
 /* kp[jj] = K row p0+jj (rotated when rope_k), the zero row for n <= jj <
  * nc; vp[jj] = V row p0+jj.  In place for F32 / F16 rows when D % 8 == 0,
  * else dequantized into Kd / Vs and zero-padded to Dp */
-static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int nc) {
+static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int nc, int p_lo) {
     const flash_layout *L = &j->L;
     const int D = j->d->D, Dp = L->Dp;
     const kern_kv_view *kv = j->kv;
@@ -313,7 +317,10 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
     /* walk the tile block by block: one table lookup per block, not a
      * division per row */
     const uint8_t *kr = NULL, *vr = NULL;
-    for (int jj = 0, slot = kv->block_size; jj < n; jj++, slot++, kr += kv->row_bytes, vr += kv->row_bytes) {
+    int jj = 0;
+    for (; jj < n && p0 + jj < p_lo; jj++) /* before every query's window: never read (the block may be gone) */
+        kp[jj] = vp[jj] = sc + L->kz;
+    for (int slot = kv->block_size; jj < n; jj++, slot++, kr += kv->row_bytes, vr += kv->row_bytes) {
         const int p = p0 + jj;
         if (slot == kv->block_size) {
             kr = view_row(kv, kv->k_base, p);
@@ -380,7 +387,7 @@ static void flash_unit(const flash_job *j, float *sc, int u) {
     const int first = kern_attn_first_pos(dm, dm->q_pos0 + t0);
     for (int p0 = first / L->tile * L->tile; p0 < p_end; p0 += L->tile) { /* tiles aligned as without a window */
         const int n = p_end - p0 < L->tile ? p_end - p0 : L->tile, nc = round8(n);
-        load_tile(j, sc, hk, p0, n, nc);
+        load_tile(j, sc, hk, p0, n, nc, first);
         /* rows whose query sees p0: q_pos0 + t >= p0 (a suffix of the rows) */
         const int t_first = p0 - dm->q_pos0 > t0 ? p0 - dm->q_pos0 : t0;
         const int r0 = (t_first - t0) * G;

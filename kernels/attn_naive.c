@@ -101,7 +101,8 @@ static void naive_head(const naive_job *j, float *sc, int h) {
     const int hk = h / (H / dm->Hkv);
     const float scale = kern_attn_scale(dm), cap = dm->softcap;
     float *S = sc, *Kd = S + (size_t)T * P, *Vd = Kd + (size_t)P * D;
-    for (int p = 0; p < P; p++) {
+    /* positions before the first query's window are never read (a paged cache may have returned them) */
+    for (int p = kern_attn_first_pos(dm, dm->q_pos0); p < P; p++) {
         kern_kv_view_read(j->kv, false, p, hk, D, Kd + (size_t)p * D);
         kern_kv_view_read(j->kv, true, p, hk, D, Vd + (size_t)p * D);
     }

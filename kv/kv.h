@@ -47,6 +47,9 @@ typedef struct {
     int (*prefix_match)(kv_store *s, const int32_t *tokens, int n);
     /* a new store sharing this one's rows (copy-on-write).  NULL: no fork */
     kv_store *(*fork)(kv_store *s, kvant_status *st);
+    /* bytes of the rows it holds, when not every layer holds every position
+     * (sliding windows).  NULL: kv_bytes_per_token x n_pos */
+    size_t (*bytes_held)(const kv_store *s);
 } kv_store_ops;
 
 struct kv_store {
@@ -85,7 +88,9 @@ static inline int kv_prefix_match_tokens(kv_store *s, const int32_t *tokens, int
 
 /* bytes of one cached token (all layers, K and V) and of the rows in use */
 static inline size_t kv_bytes_per_token(const kv_store *s) { return 2 * (size_t)s->n_layers * s->row_bytes; }
-static inline size_t kv_bytes_used(const kv_store *s) { return kv_bytes_per_token(s) * (size_t)s->n_pos; }
+static inline size_t kv_bytes_used(const kv_store *s) {
+    return s->ops->bytes_held ? s->ops->bytes_held(s) : kv_bytes_per_token(s) * (size_t)s->n_pos;
+}
 
 /* Row types a cache can hold: KT_F32, KT_F16, KT_Q8_0 (kv_dim % 32 == 0). */
 kvant_code kv_check_type(int type, int kv_dim, kvant_status *st);
@@ -104,5 +109,17 @@ struct kv_pool *kv_paged_store_pool(kv_store *s);
  * scheduler's block accounting (kv_seq_blocks_needed) */
 struct kv_seq;
 struct kv_seq *kv_paged_store_seq(kv_store *s);
+/* Sliding-window models: layer l's K/V in `local` when is_local[l], else in
+ * `global` (each pool made for its layer count); the local sequence gives
+ * back the blocks older than `window` positions (window > block size).
+ * Both pools index positions up to the full context (max_ctx); the local
+ * one needs blocks for window + max_chunk positions per sequence, and
+ * max_chunk is the most rows one reserve asks for.  own_pools: the store
+ * frees both pools. */
+kv_store *kv_paged_store_new_swa(struct kv_pool *global, struct kv_pool *local, const bool *is_local, int n_layers,
+                                 int window, int max_chunk, bool own_pools, kvant_status *st);
+/* the local pool's sequence of a sliding-window store (NULL otherwise) */
+struct kv_seq *kv_paged_store_local_seq(kv_store *s);
+struct kv_pool *kv_paged_store_local_pool(kv_store *s);
 
 #endif

@@ -169,7 +169,7 @@ static kv_seq *seq_take(kv_pool *p, kvant_status *st) {
     kv_seq *s = &p->seqs[p->free_slots[--p->n_free_slots]];
     CORE_ASSERT(!s->live);
     s->live = true;
-    s->len = s->n_blocks = s->n_full = 0;
+    s->len = s->n_blocks = s->n_full = s->n_released = 0;
     s->chain = 0;
     core_ok(st);
     return s;
@@ -180,9 +180,9 @@ kv_seq *kv_seq_new(kv_pool *p, kvant_status *st) { return seq_take(p, st); }
 void kv_seq_free(kv_pool *p, kv_seq *s) {
     if (!s) return;
     CORE_ASSERT(s->live && s == &p->seqs[s->slot]);
-    for (int i = s->n_blocks - 1; i >= 0; i--) kv_block_release(p, s->table[i]);
+    for (int i = s->n_blocks - 1; i >= s->n_released; i--) kv_block_release(p, s->table[i]);
     s->live = false;
-    s->len = s->n_blocks = s->n_full = 0;
+    s->len = s->n_blocks = s->n_full = s->n_released = 0;
     p->free_slots[p->n_free_slots++] = s->slot;
 }
 
@@ -193,9 +193,10 @@ kv_seq *kv_seq_fork(kv_pool *p, const kv_seq *src, kvant_status *st) {
     int nb = (src->len + p->block_size - 1) / p->block_size;
     for (int i = 0; i < nb; i++) {
         c->table[i] = src->table[i];
-        kv_block_acquire(p, c->table[i]);
+        if (i >= src->n_released) kv_block_acquire(p, c->table[i]);
     }
     c->n_blocks = nb;
+    c->n_released = src->n_released;
     c->len = src->len;
     memcpy(c->tokens, src->tokens, (size_t)src->len * sizeof *c->tokens);
     c->n_full = src->n_full;
@@ -268,6 +269,30 @@ void kv_seq_commit(kv_pool *p, kv_seq *s, const int32_t *tokens, int n) {
     if (p->prefix) kv_prefix_commit(p, s);
 }
 
+void kv_seq_release_before(kv_pool *p, kv_seq *s, int pos) {
+    CORE_ASSERT(s->live && pos >= 0 && pos <= s->len);
+    const int nb = pos / p->block_size;
+    for (int i = s->n_released; i < nb; i++) {
+        kv_block_release(p, s->table[i]);
+        s->table[i] = -1;
+    }
+    if (nb > s->n_released) s->n_released = nb;
+}
+
+void kv_seq_truncate(kv_pool *p, kv_seq *s, int len) {
+    const int B = p->block_size, m = len / B;
+    CORE_ASSERT(s->live && len % B == 0 && len <= s->len && m >= s->n_released);
+    for (int i = s->n_blocks - 1; i >= m; i--) kv_block_release(p, s->table[i]);
+    s->n_blocks = m;
+    s->len = len;
+    if (s->n_full > m) {
+        s->n_full = m;
+        s->chain = m > 0 ? p->hash[s->table[m - 1]] : 0; /* full blocks are registered: their hash is the chain */
+    }
+}
+
+int kv_seq_n_released(const kv_seq *s) { return s->n_released; }
+
 int kv_seq_len(const kv_seq *s) { return s->len; }
 int kv_seq_capacity(const kv_pool *p, const kv_seq *s) { return s->n_blocks * p->block_size; }
 int kv_seq_n_blocks(const kv_seq *s) { return s->n_blocks; }
@@ -323,7 +348,7 @@ void kv_pool_stats_get(kv_pool *p, kv_pool_stats *o) {
         if (!s->live) continue;
         o->n_seqs++;
         o->tokens += s->len;
-        for (int j = 0; j < s->n_blocks; j++) {
+        for (int j = s->n_released; j < s->n_blocks; j++) {
             int f = s->len - j * p->block_size;
             f = f < 0 ? 0 : f > p->block_size ? p->block_size : f;
             if (f > p->scratch[s->table[j]]) p->scratch[s->table[j]] = f;
@@ -350,7 +375,10 @@ bool kv_pool_check(kv_pool *p, char *why, size_t n) {
         CHECK(s->len >= 0 && s->len <= s->n_blocks * p->block_size && s->n_blocks <= p->max_blocks,
               "seq %d: len %d, %d blocks", i, s->len, s->n_blocks);
         CHECK(s->n_full <= s->len / p->block_size, "seq %d: %d full blocks at len %d", i, s->n_full, s->len);
-        for (int j = 0; j < s->n_blocks; j++) {
+        CHECK(s->n_released >= 0 && s->n_released <= s->n_blocks, "seq %d: %d released of %d", i, s->n_released,
+              s->n_blocks);
+        for (int j = 0; j < s->n_released; j++) CHECK(s->table[j] == -1, "seq %d: released entry %d is %d", i, j, s->table[j]);
+        for (int j = s->n_released; j < s->n_blocks; j++) {
             CHECK(s->table[j] >= 0 && s->table[j] < p->n_blocks, "seq %d: block id %d", i, s->table[j]);
             p->scratch[s->table[j]]++;
         }

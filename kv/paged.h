@@ -167,6 +167,17 @@ int kv_seq_blocks_needed(const kv_pool *p, const kv_seq *s, int n_new);
  * allocation; O(n) plus one hash per block filled. */
 void kv_seq_commit(kv_pool *p, kv_seq *s, const int32_t *tokens, int n);
 
+/* Sliding-window layers: gives back s's blocks that hold only positions
+ * before pos (their table entries become -1; never read again: attention
+ * of a window starting at or after pos does not touch them).  pos <= len.
+ * Registered blocks stay in the prefix cache as cached blocks.  O(blocks). */
+void kv_seq_release_before(kv_pool *p, kv_seq *s, int pos);
+/* Drops s's positions from len (a multiple of the block size, >= its
+ * released blocks) on: blocks past it are given back.  For a prefix match
+ * shortened by a second pool's. */
+void kv_seq_truncate(kv_pool *p, kv_seq *s, int len);
+/* Leading blocks given back by kv_seq_release_before. */
+int kv_seq_n_released(const kv_seq *s);
 int kv_seq_len(const kv_seq *s);            /* committed tokens */
 int kv_seq_capacity(const kv_pool *p, const kv_seq *s); /* tokens its blocks can hold */
 int kv_seq_n_blocks(const kv_seq *s);
@@ -202,6 +213,7 @@ struct kv_seq {
     int32_t *tokens;   /* [max_ctx] token ids of positions 0 .. len-1 */
     int n_full;        /* blocks 0 .. n_full-1 are full and went through the prefix cache */
     uint64_t chain;    /* hash of block n_full-1 (the seed of block n_full) */
+    int n_released;    /* table[0 .. n_released-1] were given back (-1): a sliding window left them */
 };
 
 struct kv_pool {

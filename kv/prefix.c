@@ -241,11 +241,11 @@ bool kv_prefix_check(const kv_pool *p, char *why, size_t n) {
     for (int i = 0; i < p->max_seqs; i++) {
         const kv_seq *s = &p->seqs[i];
         if (!s->live) continue;
-        for (int j = 0; j < s->n_full; j++) {
+        for (int j = s->n_released; j < s->n_full; j++) { /* released entries are -1: their blocks left */
             int32_t b = s->table[j];
             CHECK(p->registered[b], "seq %d: full block %d (#%d) is not registered", i, b, j);
-            CHECK(p->parent[b] == (j > 0 ? s->table[j - 1] : -1), "seq %d: block %d (#%d) has parent %d", i, b,
-                  j, p->parent[b]);
+            CHECK(j == s->n_released || p->parent[b] == (j > 0 ? s->table[j - 1] : -1),
+                  "seq %d: block %d (#%d) has parent %d", i, b, j, p->parent[b]);
         }
     }
     return true;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/types.h"
 #include "model/model.h"
 
 model *model_open(const char *path, const char *tokenizer_path, int n_threads, kvant_status *st) {
@@ -153,4 +154,62 @@ kvant_code model_require(const model *m, unsigned refused, const char *command, 
     while (!(hit >> b & 1)) b++;
     return core_fail(st, KVANT_ERR_UNSUPPORTED, "%s does not support this %s model yet: it has %s", command,
                      m->cfg.arch, names[b]);
+}
+
+/* ---- the paged KV cache of a model ----------------------------------------------- */
+static int n_local_layers(const model *m) {
+    int n = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) n += m->layers[l].swa_window > 0;
+    const char *env = getenv("KVANT_SWA_TRIM");
+    return env && !strcmp(env, "0") ? 0 : n;
+}
+
+kvant_code model_kv_pools_new(const model *m, const kv_pool_params *base, int chunk, kv_pool **global, kv_pool **local,
+                              kvant_status *st) {
+    const model_config *c = &m->cfg;
+    const int nl = n_local_layers(m), ng = c->n_layers - nl;
+    *global = *local = NULL;
+    kv_pool_params gp = *base, lp = *base;
+    gp.n_layers = c->n_layers;
+    const int B = base->block_size > 0 ? base->block_size : KV_BLOCK_SIZE_DEFAULT;
+    /* a window that is not above a block gains nothing (and the prefix chain needs it) */
+    if (nl > 0 && ng > 0 && c->swa_window > B) {
+        /* a sequence holds window - 1 positions before its chunk, in at most per_seq blocks beyond the
+         * chunk's; the chunks of one step share `chunk` tokens.  With a byte budget the local layers get
+         * at most their share of it (nl / L): fewer blocks than that only means preemption sooner */
+        const int seqs = base->max_seqs > 0 ? base->max_seqs : KV_MAX_SEQS_DEFAULT;
+        const int64_t per_seq = (c->swa_window - 1 + B - 1) / B + 2, chunk_blocks = (chunk + B - 1) / B;
+        int64_t want = seqs * per_seq + chunk_blocks;
+        if (base->n_blocks <= 0) {
+            const uint64_t stride = (2ull * nl * B * kern_row_bytes(base->type, (int64_t)base->n_kv_heads * base->head_dim) + 63) / 64 * 64;
+            const int64_t share = (int64_t)(base->budget_bytes / c->n_layers * nl / stride);
+            if (want > share) want = share > per_seq + chunk_blocks ? share : per_seq + chunk_blocks;
+        }
+        lp.n_layers = nl, lp.block_size = B, lp.budget_bytes = 0, lp.n_blocks = want;
+        if (!(*local = kv_pool_new(&lp, st))) return st->code;
+        gp.n_layers = ng;
+        if (base->n_blocks <= 0) {
+            kv_pool_stats ls;
+            kv_pool_stats_get(*local, &ls);
+            if (base->budget_bytes <= ls.bytes_total) {
+                kv_pool_free(*local), *local = NULL;
+                return core_fail(st, KVANT_ERR_ARG, "KV budget of %llu bytes is below the sliding-window layers' "
+                                 "%zu bytes", (unsigned long long)base->budget_bytes, ls.bytes_total);
+            }
+            gp.budget_bytes = base->budget_bytes - ls.bytes_total;
+        }
+    }
+    if (!(*global = kv_pool_new(&gp, st))) {
+        kv_pool_free(*local), *local = NULL;
+        return st->code;
+    }
+    return KVANT_OK;
+}
+
+kv_store *model_kv_store_new(const model *m, kv_pool *global, kv_pool *local, int chunk, bool own_pools,
+                             kvant_status *st) {
+    if (!local) return kv_paged_store_new(global, own_pools, st);
+    bool is_local[1024];
+    for (int l = 0; l < m->cfg.n_layers; l++) is_local[l] = m->layers[l].swa_window > 0;
+    return kv_paged_store_new_swa(global, local, is_local, m->cfg.n_layers, m->cfg.swa_window, chunk, own_pools, st);
 }

@@ -10,6 +10,7 @@
 #include "core/core.h"
 #include "format/gguf.h"
 #include "kv/kv.h"
+#include "kv/paged.h"
 #include "tok/tok.h"
 
 /* What the families differ in (model/arch.c has one row per architecture;
@@ -174,6 +175,23 @@ kvant_code model_load_llama2c(model *m, const char *path, const char *tokenizer_
 void model_config_set_defaults(model_config *c);
 /* checks a filled config for sane, bounded values */
 kvant_code model_check_config(const model_config *c, const char *path, kvant_status *st);
+
+/* ---- the paged KV cache of a model (model/model.c) ---------------------------
+ * One pool for every layer; or, for a model with sliding-window layers
+ * (gemma2/3), a pool for the global layers and one for the local ones,
+ * whose sequences give back the blocks that leave the window (so a local
+ * layer holds about window + chunk positions whatever the context).
+ * base: the params for the whole model (n_layers ignored; n_blocks > 0 is
+ * the position capacity in blocks, else budget_bytes for both pools).  The
+ * local pool gets max_seqs x (ceil((window - 1) / B) + 2) + ceil(chunk / B)
+ * blocks (chunk: the most tokens of one forward step, all sequences), with a
+ * byte budget at most the local layers' share of it, taken first.  *local is NULL for models without windows, or when
+ * the environment has KVANT_SWA_TRIM=0 (every position kept, to measure). */
+kvant_code model_kv_pools_new(const model *m, const kv_pool_params *base, int chunk, struct kv_pool **global,
+                              struct kv_pool **local, kvant_status *st);
+/* A sequence of those pools as the forward pass's kv_store. */
+kv_store *model_kv_store_new(const model *m, struct kv_pool *global, struct kv_pool *local, int chunk, bool own_pools,
+                             kvant_status *st);
 
 /* ---- forward ----------------------------------------------------------------
  * Work buffers for batches of up to max_T tokens attending to up to n_ctx

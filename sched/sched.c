@@ -52,6 +52,7 @@ struct sched {
     sched_params p;
     int V;
     kv_pool *pool;
+    kv_pool *lpool;            /* sliding-window layers' pool, or NULL (model_kv_pools_new) */
     model_work *work;
     float *logits;             /* [max_seqs][V] */
     float *lp_scratch;         /* [V] logits copy for logprobs */
@@ -232,7 +233,8 @@ sched *sched_new(const model *m, const sched_params *p, kvant_status *st) {
                                .type = p->kv_type, .block_size = B, .n_blocks = n_blocks,
                                .budget_bytes = budget, .max_ctx = p->max_ctx, .max_seqs = p->max_seqs,
                                .prefix_cache = p->prefix_cache};
-    if (!(s->pool = kv_pool_new(&pp, st))) goto fail;
+    /* one pool, or (sliding-window models) a second one for the local layers, sized for their windows */
+    if (model_kv_pools_new(m, &pp, p->max_batch_tokens, &s->pool, &s->lpool, st)) goto fail;
     if (!(s->work = model_work_new(m, p->max_batch_tokens, p->max_ctx, MODEL_ATTN_FLASH, st))) goto fail;
     s->logits = malloc((size_t)p->max_seqs * s->V * sizeof(float));
     s->lp_scratch = malloc((size_t)s->V * sizeof(float));
@@ -258,6 +260,7 @@ void sched_free(sched *s) {
     if (!s) return;
     while (s->reqs) req_free(s, s->reqs);
     kv_pool_free(s->pool);
+    kv_pool_free(s->lpool);
     model_work_free(s->work);
     free(s->logits);
     free(s->lp_scratch);
@@ -359,16 +362,23 @@ static int pending(const sseq *q) { return q->n_toks - q->kv->n_pos; }
 
 static kv_seq *kvs(const sseq *q) { return kv_paged_store_seq(q->kv); }
 
-/* the largest chunk <= want that the free blocks can hold */
-static int fit_chunk(sched *s, const sseq *q, int want) {
-    const int64_t avail = kv_pool_n_available(s->pool);
+/* the largest chunk <= want that pool's free blocks can hold for seq */
+static int fit_pool(kv_pool *pool, const kv_seq *seq, int want) {
+    const int64_t avail = kv_pool_n_available(pool);
     int c = want;
-    while (c > 0 && kv_seq_blocks_needed(s->pool, kvs(q), c) > avail) {
-        const int64_t slack = (int64_t)kv_seq_capacity(s->pool, kvs(q)) - kv_seq_len(kvs(q));
-        const int64_t cap = slack + avail * s->pool->block_size;
-        c = cap < c ? (int)cap : c - s->pool->block_size;
+    while (c > 0 && kv_seq_blocks_needed(pool, seq, c) > avail) {
+        const int64_t slack = (int64_t)kv_seq_capacity(pool, seq) - kv_seq_len(seq);
+        const int64_t cap = slack + avail * pool->block_size;
+        c = cap < c ? (int)cap : c - pool->block_size;
     }
     return c > 0 ? c : 0;
+}
+
+/* ... in both pools of a sliding-window model */
+static int fit_chunk(sched *s, const sseq *q, int want) {
+    int c = fit_pool(s->pool, kvs(q), want);
+    if (s->lpool && c > 0) c = fit_pool(s->lpool, kv_paged_store_local_seq(q->kv), c);
+    return c;
 }
 
 static void preempt(sched *s, sseq *q) {
@@ -416,7 +426,7 @@ static bool admit(sched *s) {
         if (!(q->smp = sampler_new(&p, s->V, &st))) return false; /* out of memory: retried later */
         for (int i = 0; i < q->n_toks; i++) sampler_accept(q->smp, q->toks[i]);
     }
-    if (!(q->kv = kv_paged_store_new(s->pool, false, &st))) return false;
+    if (!(q->kv = model_kv_store_new(s->m, s->pool, s->lpool, s->p.max_batch_tokens, false, &st))) return false;
     const int hit = s->p.prefix_cache ? kv_prefix_match_tokens(q->kv, q->toks, q->n_toks) : 0;
     if (q->index == 0 && !r->admitted) {
         r->n_cached = hit;

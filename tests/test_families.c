@@ -147,6 +147,131 @@ static void test_decode_equals_batch(void **state) {
     }
 }
 
+/* ---- the serving engine on sliding-window families ------------------------------
+ * gemma2 / gemma3 run with their local layers in a second pool whose blocks
+ * leave a sequence with the window.  Several requests at once (shared
+ * prefixes, so the prefix cache of both pools is used), with a roomy pool and
+ * with a tight one that forces preemption and recomputation: every greedy
+ * output equals the single-sequence contiguous cache's. */
+static void greedy_alone(kvant_model *m, const int32_t *prompt, int n, int gen, int32_t *out) {
+    kvant_model_info in;
+    kvant_model_get_info(m, &in);
+    kvant_seq_params sp = kvant_seq_default();
+    sp.n_ctx = n + gen;
+    sp.kv = "contiguous";
+    kvant_status st;
+    kvant_seq *s = kvant_seq_new_ex(m, &sp, &st);
+    assert_non_null(s);
+    float *lg = malloc(sizeof(float) * in.vocab_size);
+    assert_int_equal(kvant_forward(s, prompt, n, lg, false, &st), KVANT_OK);
+    for (int g = 0; g < gen; g++) {
+        int b = 0;
+        for (int v = 1; v < in.vocab_size; v++) b = lg[v] > lg[b] ? v : b;
+        out[g] = b;
+        if (g + 1 < gen) assert_int_equal(kvant_forward(s, &out[g], 1, lg, false, &st), KVANT_OK);
+    }
+    free(lg);
+    kvant_seq_free(s);
+}
+
+static void engine_matches(const char *fam, double kv_mib, bool same_length) {
+    enum { R = 6, GEN = 30 };
+    kvant_model *m = open_family(fam, 2);
+    int32_t ids[N_IDS], prompt[R][N_IDS], want[R][GEN], got[R][GEN];
+    int n_prompt[R], n_got[R] = {0};
+    assert_int_equal(read_ids(ids), N_IDS);
+    for (int r = 0; r < R; r++) { /* prompts of 40 .. 90 tokens (or all 40) sharing the first 39 */
+        n_prompt[r] = same_length ? 40 : 40 + r * 10;
+        memcpy(prompt[r], ids, sizeof(int32_t) * (size_t)n_prompt[r]);
+        if (r % 2) prompt[r][n_prompt[r] - 1] = 3 + r;
+        greedy_alone(m, prompt[r], n_prompt[r], GEN, want[r]);
+    }
+    kvant_engine_params ep = kvant_engine_default();
+    ep.max_seqs = 4;
+    ep.max_batch_tokens = 48;
+    ep.max_ctx = 128;
+    ep.block_size = 8;
+    ep.kv_mem_mib = kv_mib;
+    kvant_status st;
+    kvant_engine *e = kvant_engine_new(m, &ep, &st);
+    if (!e) fail_msg("%s engine: %s", fam, st.msg);
+    int64_t id[R];
+    for (int r = 0; r < R; r++) {
+        kvant_request rq = {.sampling = kvant_sampling_default(), .max_tokens = GEN, .ignore_eos = true};
+        rq.sampling.temperature = 0;
+        id[r] = kvant_engine_submit(e, prompt[r], n_prompt[r], &rq, &st);
+        if (id[r] <= 0) fail_msg("%s submit %d: %s", fam, r, st.msg);
+    }
+    kvant_event ev[64];
+    for (int done = 0, steps = 0; done < R && steps < 10000; steps++) {
+        const int n = kvant_engine_step(e, ev, 64, &st);
+        assert_true(n >= 0);
+        for (int i = 0; i < n; i++) {
+            int r = 0;
+            while (id[r] != ev[i].id) r++;
+            if (ev[i].token >= 0) got[r][n_got[r]++] = ev[i].token;
+            if (ev[i].finish != KVANT_FINISH_NONE) done++;
+        }
+    }
+    kvant_engine_stats es;
+    kvant_engine_get_stats(e, &es);
+    print_message("%s engine (KV %.2f MiB, %lld global blocks): %lld preempted, %lld prefix-hit tokens\n", fam, kv_mib, (long long)es.blocks_total,
+                  (long long)es.preempted_total, (long long)es.prefix_hit_tokens);
+    if (kv_mib > 0) assert_true(es.preempted_total > 0); /* the tight pool did what it is for */
+    for (int r = 0; r < R; r++) {
+        assert_int_equal(n_got[r], GEN);
+        for (int g = 0; g < GEN; g++)
+            if (got[r][g] != want[r][g]) fail_msg("%s request %d token %d: %d, alone %d", fam, r, g, got[r][g], want[r][g]);
+    }
+    kvant_engine_free(e);
+    kvant_model_free(m);
+}
+
+/* What the local pool saves: after 96 tokens, gemma3's 4 local layers (window
+ * 32, blocks of 8) hold at most 32 + 8 positions each, the 2 global ones all
+ * 96; with KVANT_SWA_TRIM=0 every layer holds every position. */
+static size_t kv_after(const char *fam, int *swa_used) {
+    kvant_model *m = open_family(fam, 1);
+    int32_t ids[N_IDS];
+    assert_int_equal(read_ids(ids), N_IDS);
+    kvant_seq_params sp = kvant_seq_default();
+    sp.n_ctx = N_IDS;
+    sp.block_size = 8;
+    kvant_status st;
+    kvant_seq *s = kvant_seq_new_ex(m, &sp, &st);
+    assert_non_null(s);
+    for (int i = 0; i < N_IDS; i++) assert_int_equal(kvant_forward(s, ids + i, 1, NULL, false, &st), KVANT_OK);
+    kvant_kv_stats ks;
+    kvant_seq_kv_stats(s, &ks);
+    *swa_used = (int)ks.swa_blocks_used;
+    const size_t bytes = kvant_seq_kv_bytes(s);
+    kvant_seq_free(s);
+    kvant_model_free(m);
+    return bytes;
+}
+
+static void test_swa_memory(void **state) {
+    (void)state;
+    int used;
+    const size_t row = 2 * 64 * sizeof(float); /* K + V of one position of one layer: 1 KV head x 64 */
+    const size_t trimmed = kv_after("gemma3", &used);
+    print_message("gemma3 after 96 tokens: %zu bytes of KV, %d local blocks in use\n", trimmed, used);
+    assert_true(used >= 4 && used <= (32 + 8) / 8 + 1);
+    assert_true(trimmed <= row * (2 * 96 + 4 * (32 + 8)) && trimmed >= row * (2 * 96 + 4 * 31));
+    setenv("KVANT_SWA_TRIM", "0", 1);
+    const size_t full = kv_after("gemma3", &used);
+    unsetenv("KVANT_SWA_TRIM");
+    assert_int_equal(used, 0);
+    assert_int_equal(full, row * 6 * 96);
+}
+
+static void test_engine_sliding_window(void **state) {
+    (void)state;
+    engine_matches("gemma3", 0, false); /* enough for everyone */
+    engine_matches("gemma2", 0, false);
+    engine_matches("gemma3", 0.34, true); /* a tight pool: 4 sequences growing 30 tokens each preempt */
+}
+
 /* ---- refusals: a copy of a family file with one thing added ---------------- */
 static const char *copy_with(const char *fam, const char *extra_key, const char *extra_tensor, const char *out) {
     char rel[128];
@@ -349,6 +474,8 @@ int main(void) {
         cmocka_unit_test(test_flash_vs_llamacpp),
         cmocka_unit_test(test_naive_vs_llamacpp),
         cmocka_unit_test(test_decode_equals_batch),
+        cmocka_unit_test(test_engine_sliding_window),
+        cmocka_unit_test(test_swa_memory),
         cmocka_unit_test(test_refuses_what_it_would_ignore),
         cmocka_unit_test(test_info_fields),
         cmocka_unit_test(test_quantize_rules),

@@ -413,6 +413,60 @@ static void test_prefix_match(void **state) {
     kv_pool_free(p);
 }
 
+/* ---- sliding windows: blocks given back, truncation --------------------------------- */
+
+/* A sliding-window pool's sequence gives back the blocks before its window:
+ * their entries become -1, the blocks free (or cached when registered), a
+ * fork shares only what is left, the rows after the window still read
+ * right; truncation drops trailing blocks and a later match still finds the
+ * chain. */
+static void test_release_window(void **state) {
+    (void)state;
+    kv_pool *p = mkpool(KT_F32, 2, 8, 4, 12, 64, 4, true);
+    int32_t P[40];
+    seq_of(P, 40, 100);
+    kv_seq *a = new_seq(p);
+    assert_int_equal(append(p, a, P, 18), KVANT_OK); /* 5 blocks, 4 full */
+    kv_seq_release_before(p, a, 9);                 /* blocks 0, 1 hold positions 0..7 only */
+    assert_int_equal(kv_seq_n_released(a), 2);
+    assert_int_equal(kv_seq_table(a)[0], -1);
+    assert_int_equal(kv_seq_table(a)[1], -1);
+    expect_counts(p, 3, 2, 7);                      /* registered: cached, not free */
+    kv_seq_release_before(p, a, 9);                 /* again: nothing more */
+    expect_counts(p, 3, 2, 7);
+    assert_int_equal(append(p, a, P + 18, 6), KVANT_OK); /* grows past the window on the right */
+    kv_seq_release_before(p, a, 24 - 8);            /* keep 8 positions */
+    assert_int_equal(kv_seq_n_released(a), 4);
+    kv_seq *f = fork_seq(p, a);                     /* shares blocks 4, 5 only */
+    assert_int_equal(kv_seq_n_released(f), 4);
+    assert_int_equal(kv_pool_block_ref(p, kv_seq_table(a)[4]), 2);
+    pool_ok(p);
+    /* positions 16 .. 23 still read what was written there */
+    for (int l = 0; l < p->n_layers; l++) {
+        kern_kv_view v;
+        kv_pool_view(p, a, l, &v);
+        uint32_t st[MAXT];
+        stamps_of(kv_seq_tokens(a), 24, st);
+        for (int pos = 16; pos < 24; pos++)
+            if (!row_is(view_row(&v, pos, 0), p->row_bytes, v.row_bytes, v.head_stride, st[pos], l, 0))
+                fail_msg("layer %d position %d after release: wrong row", l, pos);
+    }
+    kv_seq_free(p, f);
+    kv_seq_free(p, a);
+    pool_ok(p);
+    /* the released blocks stayed cached: a new prompt of the same tokens matches the whole chain */
+    kv_seq *b = new_seq(p);
+    assert_int_equal(kv_prefix_match(p, b, P, 24), 20);
+    kv_seq_truncate(p, b, 8); /* a second pool matched less: keep 8 */
+    assert_int_equal(kv_seq_len(b), 8);
+    assert_int_equal(kv_seq_n_blocks(b), 2);
+    assert_int_equal(append(p, b, P + 8, 4), KVANT_OK); /* the recomputed block resolves to the cached copy */
+    assert_int_equal(kv_seq_len(b), 12);
+    pool_ok(p);
+    kv_seq_free(p, b);
+    kv_pool_free(p);
+}
+
 /* ---- LRU eviction ------------------------------------------------------------------- */
 
 static int matched(kv_pool *p, const int32_t *tok, int n) {
@@ -842,6 +896,7 @@ int main(void) {
         cmocka_unit_test(test_prefix_match), cmocka_unit_test(test_lru),        cmocka_unit_test(test_full),
         cmocka_unit_test(test_view),        cmocka_unit_test(test_stress),
         cmocka_unit_test(test_view_row_major), cmocka_unit_test(test_stress_row_major),
+        cmocka_unit_test(test_release_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
