@@ -62,6 +62,7 @@ ap.add_argument("-t", "--threads", type=int, default=2)
 ap.add_argument("-p", type=int, default=512)
 ap.add_argument("-n", type=int, default=128)
 ap.add_argument("-r", "--reps", type=int, default=3)
+ap.add_argument("--tg-only", action="store_true", help="decode (tg) rows only, no prefill")
 ap.add_argument("models", nargs="+")
 ARGS = ap.parse_args()
 
@@ -69,7 +70,7 @@ print("| model | test | kvant t/s | llama.cpp t/s | kvant / llama.cpp | read GB/
 print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for m in ARGS.models:
     wbytes = gguf_weight_bytes(m)
-    for test in ("pp", "tg"):
+    for test in (("tg",) if ARGS.tg_only else ("pp", "tg")):
         bw0 = bandwidth() if test == "tg" else 0
         k = run_kvant(m, test)
         l = run_llama(m, test)
