@@ -5,7 +5,9 @@
 #include "model/model.h"
 
 kvant_code kvant_synth(const kvant_synth_params *p, kvant_status *st) {
-    const model_synth_params mp = {p->shape, p->out_path, p->type, p->pure, p->seed, p->n_threads, p->quiet, p->n_ctx};
+    const model_synth_params mp = {.shape = p->shape, .out_path = p->out_path, .ftype = p->type, .pure = p->pure,
+                                   .seed = p->seed, .n_threads = p->n_threads, .quiet = p->quiet,
+                                   .n_ctx = p->n_ctx, .n_layers = p->n_layers};
     core_ok(st);
     return model_synth(&mp, st);
 }

@@ -11,21 +11,26 @@ static void list_types(FILE *f) {
 }
 
 static void synth_help(void) {
-    printf("usage: kvant synth --shape NAME -o FILE [--type T] [--pure] [--seed S] [--ctx N] [-t N]\n"
+    printf("usage: kvant synth --shape NAME -o FILE [--type T] [--pure] [--seed S] [--ctx N] [--layers N] [-t N]\n"
            "\n"
-           "Writes a GGUF llama model with RANDOM weights (fixed seed) at a real model's\n"
-           "shape, for throughput benchmarks; its metadata names it synthetic\n"
-           "(general.description, kvant.synthetic = true).  Text from it is noise.\n"
+           "Writes a GGUF model with RANDOM weights (fixed seed) at a real model's shape,\n"
+           "with that model's architecture, keys and tensor names as llama.cpp reads them\n"
+           "(llama, qwen2, qwen3, qwen3moe, gemma3, phi3), for throughput benchmarks; its\n"
+           "metadata names it synthetic (general.description, kvant.synthetic = true).\n"
+           "Text from it is noise; the vocabulary is a dummy SentencePiece one of the\n"
+           "model's size.  The whole file is built in memory before it is written.\n"
            "\n"
-           "  --shape NAME   one of:\n");
+           "  --shape NAME   one of (hyperparameters from each model's config.json):\n");
     const char *what;
-    for (int i = 0; kvant_synth_shape(i, &what); i++) printf("                   %-16s %s\n", kvant_synth_shape(i, NULL), what);
+    for (int i = 0; kvant_synth_shape(i, &what); i++) printf("                   %-15s %s\n", kvant_synth_shape(i, NULL), what);
     printf("  -o FILE        output path\n"
            "  --type T       tensor type or llama.cpp mix (default F32): ");
     list_types(stdout);
     printf("\n  --pure         every matrix in T (no llama.cpp mix rules)\n"
            "  --seed S       random seed (default 42)\n"
            "  --ctx N        context length to declare (default: the shape's)\n"
+           "  --layers N     only the first N layers (block_count N; general.description and\n"
+           "                 kvant.synthetic_layers_of say so), e.g. for qwen3-30b-a3b\n"
            "  -t N           threads (default: all CPUs)\n");
 }
 
@@ -40,6 +45,7 @@ int cmd_synth(int argc, char **argv) {
         else if (cli_is(&a, "--pure", NULL)) p.pure = true;
         else if (cli_is(&a, "--seed", NULL)) p.seed = cli_u64(&a);
         else if (cli_is(&a, "--ctx", NULL)) p.n_ctx = cli_int(&a, 16, 1 << 22);
+        else if (cli_is(&a, "--layers", NULL)) p.n_layers = cli_int(&a, 1, 4096);
         else if (cli_is(&a, "-t", "--threads")) p.n_threads = cli_int(&a, 1, 1024);
         else cli_unknown(&a);
     }

@@ -320,6 +320,7 @@ typedef struct {
     int n_threads;          /* 0: all CPUs */
     bool quiet;             /* no progress on stderr */
     int n_ctx;              /* > 0: declared context length instead of the shape's */
+    int n_layers;           /* > 0: only the first n_layers of the shape's (the file says so) */
 } kvant_synth_params;
 /* Writes a GGUF with random weights at a real model's shape, marked
  * synthetic in its metadata. */
