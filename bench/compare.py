@@ -8,7 +8,8 @@ For every model, runs `kvant bench --json` and `llama-bench -o jsonl` with the
 same file, threads, -p and -n, interleaved, and prints one markdown table:
 tokens/s of each (mean +- sd), the ratio kvant / llama.cpp, and the decode
 roofline = read bandwidth / bytes read per token (all weights except the
-token embedding, of which one row is read).  The bandwidth is measured with
+token embedding, of which one row is read, unless the output is tied to it;
+for experts, the share the router picks).  The bandwidth is measured with
 build/kvant-stream right before and right after each model's decode tests
 (the mean of the two is that row's roofline): on a shared machine it moves
 by 2x within minutes, so one reading for the whole run misstates most rows.
@@ -19,13 +20,22 @@ import argparse, json, os, struct, subprocess, sys
 
 
 def gguf_weight_bytes(path):
-    """bytes of all tensors but token_embd.weight, from kvant info --tensors"""
+    """bytes a decode step reads, from kvant info --tensors: every tensor but
+    token_embd.weight (one row of it is read), unless the output is tied to it
+    (then the classifier reads it whole); of the experts' ffn_*_exps only the
+    share the router picks (used / count)"""
     out = subprocess.run([ARGS.kvant, "info", "-m", path, "--tensors"], capture_output=True, text=True, check=True).stdout
+    tied = "tied to the token embedding" in out
+    share = 1.0
+    for line in out.splitlines():
+        if line.startswith("experts:"):  # "experts:          128, 8 used per token, ..."
+            nums = line.split(":", 1)[1].replace(",", " ").split()
+            share = int(nums[1]) / int(nums[0])
     total = 0
     for line in out.splitlines():
         parts = line.split()
-        if len(parts) >= 4 and parts[-1] == "bytes" and "." in parts[0] and parts[0] != "token_embd.weight":
-            total += int(parts[-2])
+        if len(parts) >= 4 and parts[-1] == "bytes" and "." in parts[0] and (tied or parts[0] != "token_embd.weight"):
+            total += int(parts[-2]) * (share if "_exps." in parts[0] else 1.0)
     return total
 
 

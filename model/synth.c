@@ -335,7 +335,8 @@ kvant_code model_synth(const model_synth_params *p, kvant_status *st) {
 #undef KEY
     add_vocab(w, V);
 
-    quant_chooser qc = {.ft = ft, .pure = p->pure, .n_layers = L, .n_gqa = H / Hkv, .tied_output = sh->tied};
+    quant_chooser qc = {.ft = ft, .pure = p->pure, .n_layers = L, .n_gqa = H / Hkv, .tied_output = sh->tied,
+                        .n_expert = E, .n_attn_v = L};
     kvant_code rc = l.oom ? core_fail(st, KVANT_ERR_NOMEM, "out of memory") : KVANT_OK;
     double bytes = 0;
     for (int i = 0; i < l.n && rc == KVANT_OK; i++) {
@@ -347,19 +348,8 @@ kvant_code model_synth(const model_synth_params *p, kvant_status *st) {
             core_pool_run(pool, fill_task, &fj);
         }
         char note[256] = "";
-        int type = KT_F32;
-        if (strstr(s->name, "ffn_gate_inp.weight")) {
-            /* llama.cpp never quantizes the router (llama-quant.cpp
-             * tensor_allows_quantization); compress/ has no rule for it yet */
-        } else if (strstr(s->name, "attn_qkv.weight")) {
-            /* llama.cpp quantizes a fused qkv as attn_v (category_is_attn_v),
-             * sharing attn_v's layer count; compress/ has no rule for it yet */
-            char as_v[64];
-            snprintf(as_v, sizeof as_v, "%.*sattn_v.weight", (int)(strstr(s->name, "attn_qkv") - s->name), s->name);
-            type = quant_choose_type(&qc, as_v, s->n_dims, s->ne, KT_F32, note, sizeof note);
-        } else {
-            type = quant_choose_type(&qc, s->name, s->n_dims, s->ne, KT_F32, note, sizeof note);
-        }
+        /* llama.cpp's choice, as kvant quantize makes it (the router stays F32, attn_qkv counts as attn_v) */
+        const int type = quant_choose_type(&qc, s->name, s->n_dims, s->ne, KT_F32, note, sizeof note);
         const void *data = f32;
         if (!kern_type_get(type)->from_float_ref) {
             rc = core_fail(st, KVANT_ERR_UNSUPPORTED, "tensor '%s' needs type %s, which kvant cannot write yet", s->name,
