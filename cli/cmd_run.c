@@ -1,5 +1,6 @@
 /* cmd_run.c - `kvant run`: one sequence, prefill then decode, streamed.
  * Stdout carries only the generated text; stderr ends with the stats. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,6 +234,13 @@ int cmd_run(int argc, char **argv) {
     rc = CLI_FAIL;
     if (!tokens || !logits || !ptext) goto done;
     int n_prompt = o.chat ? kvant_chat_tokenize(m, ptext, plen, tokens, cap) : kvant_tokenize(m, ptext, plen, true, tokens, cap);
+    if (n_prompt < 0 && n_prompt != INT_MIN) { /* byte fallback: more tokens than bytes; -n_prompt is the count */
+        cap = -n_prompt;
+        int32_t *t = realloc(tokens, (size_t)(cap + o.n_predict) * sizeof *tokens);
+        if (!t) goto done;
+        tokens = t;
+        n_prompt = o.chat ? kvant_chat_tokenize(m, ptext, plen, tokens, cap) : kvant_tokenize(m, ptext, plen, true, tokens, cap);
+    }
     if (n_prompt <= 0) {
         fprintf(stderr, "kvant run: cannot tokenize the prompt\n");
         goto done;
