@@ -92,3 +92,23 @@ char *cli_read_file(const char *path, size_t *len) {
     *len = (size_t)n;
     return buf;
 }
+
+/* --chat-template-file: the template a Jinja file holds, by its markers (as
+ * for a model's tokenizer.chat_template); NULL after a message when kvant
+ * knows none in it */
+const char *cli_chat_template_file(const char *cmd, const char *path) {
+    size_t len;
+    char *text = cli_read_file(path, &len);
+    if (!text) {
+        fprintf(stderr, "%s: cannot read --chat-template-file '%s'\n", cmd, path);
+        return NULL;
+    }
+    const kvant_chat_template t = kvant_chat_detect_text(text);
+    free(text);
+    if (t == KVANT_CHAT_PLAIN) {
+        fprintf(stderr, "%s: %s: not a chat template kvant knows (known: %s; --chat-template NAME picks one)\n", cmd,
+                path, kvant_chat_template_list());
+        return NULL;
+    }
+    return kvant_chat_template_name(t);
+}

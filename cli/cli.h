@@ -32,6 +32,9 @@ void cli_unknown(cli_args *a);
 /* The whole file, NUL-terminated (malloc'd; *len = its bytes), or NULL
  * when it cannot be opened or read. */
 char *cli_read_file(const char *path, size_t *len);
+/* --chat-template-file (run, serve): the name of the template a Jinja file
+ * holds, found by its markers; NULL after a message when kvant knows none */
+const char *cli_chat_template_file(const char *cmd, const char *path);
 /* exit code for a failed library call: 2 for unreadable files, else 1 */
 int cli_status_exit(const kvant_status *st);
 

@@ -65,26 +65,6 @@ typedef struct {
     cli_int8 i8;
 } run_opts;
 
-/* --chat-template-file: the template a Jinja file holds, by its markers (as
- * for a model's tokenizer.chat_template); NULL after a message when kvant
- * knows none in it */
-static const char *template_from_file(const char *cmd, const char *path) {
-    size_t len;
-    char *text = cli_read_file(path, &len);
-    if (!text) {
-        fprintf(stderr, "%s: cannot read --chat-template-file '%s'\n", cmd, path);
-        return NULL;
-    }
-    const kvant_chat_template t = kvant_chat_detect_text(text);
-    free(text);
-    if (t == KVANT_CHAT_PLAIN) {
-        fprintf(stderr, "%s: %s: not a chat template kvant knows (known: %s; --chat-template NAME picks one)\n", cmd,
-                path, kvant_chat_template_list());
-        return NULL;
-    }
-    return kvant_chat_template_name(t);
-}
-
 /* returns -1 to continue, or an exit code */
 static int parse(int argc, char **argv, run_opts *o) {
     cli_args a = {argc, 1, argv, "kvant run", false};
@@ -130,7 +110,7 @@ static int parse(int argc, char **argv, run_opts *o) {
     }
     kvant_status st;
     kvant_chat_template t;
-    if (tmpl_file && !o->chat_template && !(o->chat_template = template_from_file("kvant run", tmpl_file))) return CLI_USAGE;
+    if (tmpl_file && !o->chat_template && !(o->chat_template = cli_chat_template_file("kvant run", tmpl_file))) return CLI_USAGE;
     if (o->chat_template && kvant_chat_template_by_name(o->chat_template, &t, &st)) {
         fprintf(stderr, "kvant run: --chat-template: %s\n", st.msg);
         return CLI_USAGE;

@@ -49,26 +49,6 @@ static void usage(FILE *f) {
             kvant_chat_template_list());
 }
 
-/* --chat-template-file: the template a Jinja file holds, by its markers (as
- * for a model's tokenizer.chat_template); NULL after a message when kvant
- * knows none in it */
-static const char *template_from_file(const char *cmd, const char *path) {
-    size_t len;
-    char *text = cli_read_file(path, &len);
-    if (!text) {
-        fprintf(stderr, "%s: cannot read --chat-template-file '%s'\n", cmd, path);
-        return NULL;
-    }
-    const kvant_chat_template t = kvant_chat_detect_text(text);
-    free(text);
-    if (t == KVANT_CHAT_PLAIN) {
-        fprintf(stderr, "%s: %s: not a chat template kvant knows (known: %s; --chat-template NAME picks one)\n", cmd,
-                path, kvant_chat_template_list());
-        return NULL;
-    }
-    return kvant_chat_template_name(t);
-}
-
 int cmd_serve(int argc, char **argv) {
     cli_args a = {argc, 1, argv, "kvant serve", false};
     const char *tmpl_file = NULL;
@@ -116,7 +96,7 @@ int cmd_serve(int argc, char **argv) {
     kvant_status st;
     kvant_chat_template tmpl;
     const char *from_file = NULL; /* --chat-template wins over --chat-template-file */
-    if (tmpl_file && !p.chat_template && !(p.chat_template = from_file = template_from_file("kvant serve", tmpl_file)))
+    if (tmpl_file && !p.chat_template && !(p.chat_template = from_file = cli_chat_template_file("kvant serve", tmpl_file)))
         return CLI_USAGE;
     if (p.chat_template && kvant_chat_template_by_name(p.chat_template, &tmpl, &st)) {
         fprintf(stderr, "kvant serve: --chat-template: %s\n", st.msg);

@@ -58,68 +58,6 @@ static char *decode(const tok *t, const int32_t *ids, int n, size_t *len) {
     return out;
 }
 
-typedef struct {
-    char **inp;
-    size_t *inp_len;
-    int32_t **ids;
-    int *n_ids;
-    int n;
-} vectors;
-
-/* The .inp/.out pair of a vocabulary, split as test-tokenizer-0.cpp does. */
-static void read_vectors(const char *rel, vectors *v) {
-    char path[512];
-    snprintf(path, sizeof path, "%s.inp", shared_path(rel));
-    size_t size;
-    char *raw = read_file(path, &size);
-    snprintf(path, sizeof path, "%s.out", shared_path(rel));
-    char *out = read_file(path, NULL);
-    memset(v, 0, sizeof *v);
-    const char *sep = "\n__ggml_vocab_test__\n";
-    size_t sl = strlen(sep), pos = 0;
-    while (pos < size) {
-        const char *hit = memmem(raw + pos, size - pos, sep, sl);
-        size_t end = hit ? (size_t)(hit - raw) : size;
-        v->inp = realloc(v->inp, (v->n + 1) * sizeof *v->inp);
-        v->inp_len = realloc(v->inp_len, (v->n + 1) * sizeof *v->inp_len);
-        v->inp[v->n] = strndup(raw + pos, end - pos);
-        v->inp_len[v->n] = end - pos;
-        v->n++;
-        if (!hit) break;
-        pos = end + sl;
-    }
-    int lines = 0;
-    for (char *line = out; *line;) {
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = 0;
-        v->ids = realloc(v->ids, (lines + 1) * sizeof *v->ids);
-        v->n_ids = realloc(v->n_ids, (lines + 1) * sizeof *v->n_ids);
-        v->ids[lines] = malloc((strlen(line) / 2 + 1) * sizeof(int32_t));
-        int k = 0;
-        for (char *p = line, *e; ; p = e) {
-            long x = strtol(p, &e, 10);
-            if (e == p) break;
-            v->ids[lines][k++] = (int32_t)x;
-        }
-        v->n_ids[lines++] = k;
-        if (!nl) break;
-        line = nl + 1;
-    }
-    assert_int_equal(lines, v->n);
-    free(raw);
-    free(out);
-}
-
-static void free_vectors(vectors *v) {
-    for (int i = 0; i < v->n; i++) {
-        free(v->inp[i]);
-        free(v->ids[i]);
-    }
-    free(v->inp);
-    free(v->inp_len);
-    free(v->ids);
-    free(v->n_ids);
-}
 
 static void print_ids(const char *what, const int32_t *ids, int n) {
     char line[4096];
@@ -130,7 +68,7 @@ static void print_ids(const char *what, const int32_t *ids, int n) {
 
 /* Every vector encodes to its ids and decodes back to its text. */
 static void check_vectors(const tok *t, const char *rel, int expect_n) {
-    vectors v;
+    tok_vectors v;
     read_vectors(rel, &v);
     assert_int_equal(v.n, expect_n);
     int bad_ids = 0, bad_text = 0;
@@ -180,7 +118,7 @@ static void test_llama2_bin_matches_gguf(void **state) {
     tok *g = load_gguf_tok("tokenizers/ggml-vocab-llama-spm.gguf");
     tok *b = load_l2c_tok("tokenizers/llama2-tokenizer.bin", 32000);
     check_vectors(b, "tokenizers/ggml-vocab-llama-spm.gguf", 46);
-    vectors v;
+    tok_vectors v;
     read_vectors("tokenizers/ggml-vocab-llama-spm.gguf", &v);
     for (int i = 0; i < v.n; i++) { /* with BOS and special parsing too */
         int n1, n2;

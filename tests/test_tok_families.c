@@ -77,67 +77,6 @@ static void expect_ids(const tok *t, const char *s, bool bos, bool special, cons
     free(ids);
 }
 
-typedef struct {
-    char **inp;
-    size_t *inp_len;
-    int32_t **ids;
-    int *n_ids;
-    int n;
-} vectors;
-
-static void read_vectors(const char *vocab, vectors *v) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/tokenizers/ggml-vocab-%s.gguf.inp", KVANT_SHARED_DIR, vocab);
-    size_t size;
-    char *raw = read_file(path, &size);
-    snprintf(path, sizeof path, "%s/tokenizers/ggml-vocab-%s.gguf.out", KVANT_SHARED_DIR, vocab);
-    char *out = read_file(path, NULL);
-    memset(v, 0, sizeof *v);
-    const char *sep = "\n__ggml_vocab_test__\n";
-    size_t sl = strlen(sep), pos = 0;
-    while (pos < size) {
-        const char *hit = memmem(raw + pos, size - pos, sep, sl);
-        size_t end = hit ? (size_t)(hit - raw) : size;
-        v->inp = realloc(v->inp, (v->n + 1) * sizeof *v->inp);
-        v->inp_len = realloc(v->inp_len, (v->n + 1) * sizeof *v->inp_len);
-        v->inp[v->n] = strndup(raw + pos, end - pos);
-        v->inp_len[v->n] = end - pos;
-        v->n++;
-        if (!hit) break;
-        pos = end + sl;
-    }
-    int lines = 0;
-    for (char *line = out; *line;) {
-        char *nl = strchr(line, '\n');
-        if (nl) *nl = 0;
-        v->ids = realloc(v->ids, (lines + 1) * sizeof *v->ids);
-        v->n_ids = realloc(v->n_ids, (lines + 1) * sizeof *v->n_ids);
-        v->ids[lines] = malloc((strlen(line) / 2 + 1) * sizeof(int32_t));
-        int k = 0;
-        for (char *p = line, *e;; p = e) {
-            long x = strtol(p, &e, 10);
-            if (e == p) break;
-            v->ids[lines][k++] = (int32_t)x;
-        }
-        v->n_ids[lines++] = k;
-        if (!nl) break;
-        line = nl + 1;
-    }
-    assert_int_equal(lines, v->n);
-    free(raw);
-    free(out);
-}
-
-static void free_vectors(vectors *v) {
-    for (int i = 0; i < v->n; i++) {
-        free(v->inp[i]);
-        free(v->ids[i]);
-    }
-    free(v->inp);
-    free(v->inp_len);
-    free(v->ids);
-    free(v->n_ids);
-}
 
 /* ---- llama.cpp's vectors, every vocabulary ------------------------------------------
  * Each input gives exactly llama.cpp's ids, and the concatenated pieces give
@@ -147,8 +86,10 @@ static void free_vectors(vectors *v) {
 static void check_family(const char *vocab, const char *pre) {
     tok *t = load_vocab(vocab);
     assert_string_equal(tok_pre_name(t), pre);
-    vectors v;
-    read_vectors(vocab, &v);
+    tok_vectors v;
+    char rel[256];
+    snprintf(rel, sizeof rel, "tokenizers/ggml-vocab-%s.gguf", vocab);
+    read_vectors(rel, &v);
     assert_int_equal(v.n, 46);
     int bad_ids = 0, bad_text = 0;
     for (int i = 0; i < v.n; i++) {

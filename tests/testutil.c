@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* memmem, strndup */
 #include "testutil.h"
 
 #include <stdio.h>
@@ -66,4 +67,59 @@ char *run_capture(const char *cmd, int *exit_status) {
     int st = pclose(f);
     *exit_status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     return buf;
+}
+
+/* The .inp/.out pair of a vocabulary, split as test-tokenizer-0.cpp does. */
+void read_vectors(const char *rel, tok_vectors *v) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s.inp", shared_path(rel));
+    size_t size;
+    char *raw = read_file(path, &size);
+    snprintf(path, sizeof path, "%s.out", shared_path(rel));
+    char *out = read_file(path, NULL);
+    memset(v, 0, sizeof *v);
+    const char *sep = "\n__ggml_vocab_test__\n";
+    size_t sl = strlen(sep), pos = 0;
+    while (pos < size) {
+        const char *hit = memmem(raw + pos, size - pos, sep, sl);
+        size_t end = hit ? (size_t)(hit - raw) : size;
+        v->inp = realloc(v->inp, (v->n + 1) * sizeof *v->inp);
+        v->inp_len = realloc(v->inp_len, (v->n + 1) * sizeof *v->inp_len);
+        v->inp[v->n] = strndup(raw + pos, end - pos);
+        v->inp_len[v->n] = end - pos;
+        v->n++;
+        if (!hit) break;
+        pos = end + sl;
+    }
+    int lines = 0;
+    for (char *line = out; *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        v->ids = realloc(v->ids, (lines + 1) * sizeof *v->ids);
+        v->n_ids = realloc(v->n_ids, (lines + 1) * sizeof *v->n_ids);
+        v->ids[lines] = malloc((strlen(line) / 2 + 1) * sizeof(int32_t));
+        int k = 0;
+        for (char *p = line, *e; ; p = e) {
+            long x = strtol(p, &e, 10);
+            if (e == p) break;
+            v->ids[lines][k++] = (int32_t)x;
+        }
+        v->n_ids[lines++] = k;
+        if (!nl) break;
+        line = nl + 1;
+    }
+    assert_int_equal(lines, v->n);
+    free(raw);
+    free(out);
+}
+
+void free_vectors(tok_vectors *v) {
+    for (int i = 0; i < v->n; i++) {
+        free(v->inp[i]);
+        free(v->ids[i]);
+    }
+    free(v->inp);
+    free(v->inp_len);
+    free(v->ids);
+    free(v->n_ids);
 }

@@ -19,4 +19,17 @@ int json_int_array(const char *json, const char *key, int32_t *out, int max);
 /* Runs a shell command, captures stdout (malloc'd) and the exit status. */
 char *run_capture(const char *cmd, int *exit_status);
 
+/* llama.cpp's tokenizer vectors: the strings of an .inp file (split on
+ * "\n__ggml_vocab_test__\n", as test-tokenizer-0.cpp does) and the ids of the
+ * matching .out lines.  rel: "tokenizers/ggml-vocab-NAME.gguf" under shared. */
+typedef struct {
+    char **inp;
+    size_t *inp_len;
+    int32_t **ids;
+    int *n_ids;
+    int n;
+} tok_vectors;
+void read_vectors(const char *rel, tok_vectors *v);
+void free_vectors(tok_vectors *v);
+
 #endif
