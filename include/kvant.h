@@ -304,6 +304,8 @@ typedef struct {
     int64_t steps, tokens_prefill, tokens_decode;   /* totals */
     int64_t prefix_hit_tokens;
     int64_t blocks_total, blocks_used, blocks_free, blocks_cached;
+    /* sliding-window models: the local layers' own pool (0 otherwise) */
+    int64_t swa_blocks_total, swa_blocks_used, swa_blocks_free, swa_blocks_cached;
     int last_batch_tokens;  /* tokens in the last step */
     double last_step_ms;
     int chunk_budget;       /* current prompt-chunk budget (adaptive) */

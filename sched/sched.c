@@ -658,6 +658,13 @@ static void refresh_pool_stats(sched *s) {
     s->st.blocks_free = ps.blocks_free;
     s->st.blocks_cached = ps.blocks_cached;
     s->st.prefix_hit_tokens = ps.prefix_hit_tokens;
+    if (s->lpool) {
+        kv_pool_stats_get(s->lpool, &ps);
+        s->st.swa_blocks_total = ps.blocks_total;
+        s->st.swa_blocks_used = ps.blocks_used;
+        s->st.swa_blocks_free = ps.blocks_free;
+        s->st.swa_blocks_cached = ps.blocks_cached;
+    }
 }
 
 bool sched_has_work(const sched *s) { return s->n_run > 0 || s->n_waiting > 0 || s->ev_count > 0; }

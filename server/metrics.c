@@ -87,6 +87,13 @@ char *srv_metrics_text(srv_metrics *mt, const kvant_engine_stats *es) {
     gauge(&o, "kvant_kv_blocks_free", "gauge", "KV cache blocks free.", (double)es->blocks_free);
     gauge(&o, "kvant_kv_blocks_cached", "gauge", "Free KV blocks still holding a reusable cached prefix.",
           (double)es->blocks_cached);
+    if (es->swa_blocks_total) { /* sliding-window models: the local layers' pool */
+        gauge(&o, "kvant_kv_swa_blocks_total", "gauge", "Sliding-window layers' KV blocks.", (double)es->swa_blocks_total);
+        gauge(&o, "kvant_kv_swa_blocks_used", "gauge", "Sliding-window layers' KV blocks held.", (double)es->swa_blocks_used);
+        gauge(&o, "kvant_kv_swa_blocks_free", "gauge", "Sliding-window layers' KV blocks free.", (double)es->swa_blocks_free);
+        gauge(&o, "kvant_kv_swa_blocks_cached", "gauge", "Sliding-window layers' free KV blocks holding a cached prefix.",
+              (double)es->swa_blocks_cached);
+    }
     gauge(&o, "kvant_kv_cache_usage_ratio", "gauge", "Share of KV blocks in use.",
           es->blocks_total ? (double)es->blocks_used / (double)es->blocks_total : 0.0);
     gauge(&o, "kvant_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.",

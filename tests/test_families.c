@@ -218,6 +218,7 @@ static void engine_matches(const char *fam, double kv_mib, bool same_length) {
     print_message("%s engine (KV %.2f MiB, %lld global blocks): %lld preempted, %lld prefix-hit tokens\n", fam, kv_mib, (long long)es.blocks_total,
                   (long long)es.preempted_total, (long long)es.prefix_hit_tokens);
     if (kv_mib > 0) assert_true(es.preempted_total > 0); /* the tight pool did what it is for */
+    assert_true(es.swa_blocks_total > 0 && es.swa_blocks_used == 0); /* the local pool, empty once all finished */
     for (int r = 0; r < R; r++) {
         assert_int_equal(n_got[r], GEN);
         for (int g = 0; g < GEN; g++)
