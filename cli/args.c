@@ -112,3 +112,7 @@ const char *cli_chat_template_file(const char *cmd, const char *path) {
     }
     return kvant_chat_template_name(t);
 }
+
+void cli_note_builtin_model(const char *cmd) {
+    fprintf(stderr, "%s: no -m MODEL given: using the built-in stories260K (260K parameters, TinyStories, MIT)\n", cmd);
+}

@@ -35,6 +35,9 @@ char *cli_read_file(const char *path, size_t *len);
 /* --chat-template-file (run, serve): the name of the template a Jinja file
  * holds, found by its markers; NULL after a message when kvant knows none */
 const char *cli_chat_template_file(const char *cmd, const char *path);
+/* says on stderr that cmd runs the built-in default model (no -m given;
+ * kvant_model_open(NULL, ...) opens it) */
+void cli_note_builtin_model(const char *cmd);
 /* exit code for a failed library call: 2 for unreadable files, else 1 */
 int cli_status_exit(const kvant_status *st);
 

@@ -11,12 +11,12 @@
 #include "cli/int8_flags.h"
 
 static void run_help(void) {
-    printf("usage: kvant run -m MODEL [options]\n"
+    printf("usage: kvant run [-m MODEL] [options]\n"
            "\n"
            "Generates a continuation of PROMPT and streams it to stdout (no prompt echo);\n"
            "statistics go to stderr.\n"
            "\n"
-           "  -m, --model FILE       GGUF (v2/v3) or llama2.c checkpoint (required)\n"
+           "  -m, --model FILE       GGUF (v2/v3) or llama2.c checkpoint (default: the built-in stories260K)\n"
            "  -z, --tokenizer FILE   llama2.c tokenizer.bin (for .bin checkpoints;\n"
            "                         default: tokenizer.bin beside the model)\n"
            "  -p, --prompt TEXT      prompt (default: empty, generation starts from BOS)\n"
@@ -104,10 +104,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         else cli_unknown(&a);
     }
     if (a.error) return CLI_USAGE;
-    if (!o->model) {
-        fprintf(stderr, "kvant run: no model given: -m MODEL (see --help)\n");
-        return CLI_USAGE;
-    }
+    if (!o->model) cli_note_builtin_model("kvant run");
     kvant_status st;
     kvant_chat_template t;
     if (tmpl_file && !o->chat_template && !(o->chat_template = cli_chat_template_file("kvant run", tmpl_file))) return CLI_USAGE;

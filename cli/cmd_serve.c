@@ -12,13 +12,13 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: kvant serve -m MODEL [options]\n"
+            "usage: kvant serve [-m MODEL] [options]\n"
             "\n"
             "OpenAI-compatible HTTP server: POST /v1/completions, POST /v1/chat/completions\n"
             "(stream: true gives Server-Sent Events), GET /v1/models, GET /health, GET /metrics,\n"
             "POST /apply-template ({\"messages\": [...]} -> {\"prompt\": \"...\"}, the chat prompt).\n"
             "\n"
-            "  -m, --model FILE        GGUF or llama2.c model (required)\n"
+            "  -m, --model FILE        GGUF or llama2.c model (default: the built-in stories260K)\n"
             "  -z, --tokenizer FILE    llama2.c tokenizer.bin\n"
             "  --host ADDR             IPv4 address to bind (default 127.0.0.1: loopback only;\n"
             "                          0.0.0.0 exposes the server to the network)\n"
@@ -89,10 +89,7 @@ int cmd_serve(int argc, char **argv) {
         else cli_unknown(&a);
     }
     if (a.error) return CLI_USAGE;
-    if (!model) {
-        fprintf(stderr, "kvant serve: -m MODEL is required (see --help)\n");
-        return CLI_USAGE;
-    }
+    if (!model) cli_note_builtin_model("kvant serve");
     kvant_status st;
     kvant_chat_template tmpl;
     const char *from_file = NULL; /* --chat-template wins over --chat-template-file */
@@ -119,8 +116,8 @@ int cmd_serve(int argc, char **argv) {
     /* model id: --alias, else the file name without directory and extension */
     char id[256];
     if (!p.model_id) {
-        const char *b = strrchr(model, '/');
-        snprintf(id, sizeof id, "%s", b ? b + 1 : model);
+        const char *name = model ? model : "stories260K.gguf", *b = strrchr(name, '/');
+        snprintf(id, sizeof id, "%s", b ? b + 1 : name);
         char *dot = strrchr(id, '.');
         if (dot && dot != id) *dot = 0;
         p.model_id = id;

@@ -56,6 +56,8 @@ typedef struct {
  * (memory stays about the file's size: the mapped originals are dropped)
  * unless p->no_repack or the environment has KVANT_REPACK=0. */
 kvant_model *kvant_model_open(const char *path, const kvant_model_params *p, kvant_status *st);
+/* path NULL: the built-in default model, stories260K (260K parameters,
+ * TinyStories; MIT licence, models/LICENSE.stories260K), part of the binary. */
 void kvant_model_free(kvant_model *m);
 
 typedef struct {

@@ -354,9 +354,22 @@ static kvant_code check_all_used(loader *ld, kvant_status *st) {
     return KVANT_OK;
 }
 
+static kvant_code load_opened(model *m, const char *path, kvant_status *st);
+
 kvant_code model_load_gguf(model *m, const char *path, kvant_status *st) {
     m->gguf = gguf_open(path, st);
     if (!m->gguf) return st->code;
+    return load_opened(m, path, st);
+}
+
+kvant_code model_load_gguf_mem(model *m, const uint8_t *data, size_t size, const char *name, kvant_status *st) {
+    m->gguf = gguf_open_mem(data, size, name, st);
+    if (!m->gguf) return st->code;
+    m->builtin = true;
+    return load_opened(m, name, st);
+}
+
+static kvant_code load_opened(model *m, const char *path, kvant_status *st) {
     snprintf(m->file_format, sizeof m->file_format, "GGUF v%u", gguf_version(m->gguf));
 
     gguf_str s;

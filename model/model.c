@@ -13,6 +13,18 @@ model *model_open(const char *path, const char *tokenizer_path, int n_threads, k
         core_fail(st, KVANT_ERR_NOMEM, "out of memory");
         return NULL;
     }
+    if (!path) { /* the built-in default model */
+        size_t size;
+        const uint8_t *data = model_builtin_gguf(&size);
+        kvant_code rc = model_load_gguf_mem(m, data, size, MODEL_BUILTIN_NAME, st);
+        if (rc == KVANT_OK && !(m->pool = core_pool_new(n_threads > 0 ? n_threads : core_cpu_count())))
+            rc = core_fail(st, KVANT_ERR_NOMEM, "cannot start threads");
+        if (rc != KVANT_OK) {
+            model_close(m);
+            return NULL;
+        }
+        return m;
+    }
     /* choose the loader by the file's first four bytes */
     FILE *f = fopen(path, "rb");
     if (!f) {

@@ -108,6 +108,7 @@ typedef struct model {
     int n_tensors;
     /* owners of the memory the views above point into */
     gguf_ctx *gguf;
+    bool builtin;             /* the GGUF is the built-in model's bytes (not a mapping: nothing to drop) */
     core_map map;             /* llama2.c checkpoints */
     float *owned;             /* norms and biases converted to F32 (freed at close) */
     model_mat *expert_mats;   /* the layers' gate/up/down_exps views (freed at close) */
@@ -155,7 +156,12 @@ enum {
 unsigned model_features(const model *m);
 kvant_code model_require(const model *m, unsigned refused, const char *command, kvant_status *st);
 
-/* Opens a GGUF or llama2.c checkpoint (chosen by the file's magic).
+/* The built-in default model's GGUF bytes (stories260K, model/builtin.c). */
+const uint8_t *model_builtin_gguf(size_t *size);
+#define MODEL_BUILTIN_NAME "stories260K (built in)"
+
+/* Opens a GGUF or llama2.c checkpoint (chosen by the file's magic); path
+ * NULL opens the built-in default model.
  * tokenizer_path: llama2.c tokenizer.bin (required for .bin checkpoints
  * unless tokenizer.bin sits beside the model).  n_threads: 0 = all CPUs. */
 model *model_open(const char *path, const char *tokenizer_path, int n_threads, kvant_status *st);
@@ -169,6 +175,8 @@ kvant_code model_repack(model *m, kvant_status *st);
 
 /* loaders (model/load_*.c); on success they fill cfg, weights and tensors */
 kvant_code model_load_gguf(model *m, const char *path, kvant_status *st);
+/* the same from a GGUF in memory that outlives the model (the built-in one) */
+kvant_code model_load_gguf_mem(model *m, const uint8_t *data, size_t size, const char *name, kvant_status *st);
 kvant_code model_load_llama2c(model *m, const char *path, const char *tokenizer_path, kvant_status *st);
 /* The neutral values of the family fields (llama: no scales, caps, window
  * or experts; attention scale 1/sqrt(head_dim)); dim..rope_base set first. */

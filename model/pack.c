@@ -44,7 +44,7 @@ static kvant_code pack_one(model *m, model_mat *w, bool drop, kvant_status *st) 
     m->packed[m->n_packed++] = dst;
     m->packed_bytes += bytes;
     w->packed = dst;
-    if (drop && m->gguf) drop_pages(w->data, kern_row_bytes(w->type, w->cols) * (size_t)w->rows);
+    if (drop && m->gguf && !m->builtin) drop_pages(w->data, kern_row_bytes(w->type, w->cols) * (size_t)w->rows);
     return KVANT_OK;
 }
 

@@ -49,7 +49,7 @@ static void test_usage_errors(void **state) {
     char args[4096];
     expect_exit("", 2, "usage");
     expect_exit("frobnicate", 2, "unknown command");
-    expect_exit("run", 2, "no model");
+    expect_exit("run --bogus", 2, "unknown option");
     expect_exit("run -m /nonexistent/model.gguf", 2, "/nonexistent/model.gguf");
     expect_exit("info -m /nonexistent/model.gguf", 2, "cannot open");
     snprintf(args, sizeof args, "run -m %s --bogus", shared_path("models/stories260K.gguf"));
@@ -218,6 +218,30 @@ static void test_prune_iterative(void **state) {
     free(out);
 }
 
+/* No -m: the built-in stories260K (model/builtin.c), said on stderr, the same
+ * text as the shared file gives (they are the same bytes) */
+static void test_builtin_model(void **state) {
+    (void)state;
+    int rc;
+    char args[4096];
+    char *builtin = kv("run -n 48 --temp 0 -p 'Once upon a time' 2>/dev/null", &rc);
+    assert_int_equal(rc, 0);
+    snprintf(args, sizeof args, "run -m %s -n 48 --temp 0 -p 'Once upon a time' 2>/dev/null",
+             shared_path("models/stories260K.gguf"));
+    char *file = kv(args, &rc);
+    assert_int_equal(rc, 0);
+    assert_true(strlen(builtin) > 40);
+    assert_string_equal(builtin, file);
+    free(builtin), free(file);
+    char *err = kv("run -n 4 --temp 0 2>&1 >/dev/null", &rc);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(err, "using the built-in stories260K"));
+    free(err);
+    char *info = kv("info", &rc); /* info without -m is still a usage error: it describes a file */
+    assert_int_equal(rc, 2);
+    free(info);
+}
+
 int main(void) {
     mkdir(KVANT_TEST_TMP, 0755);
     const struct CMUnitTest tests[] = {
@@ -227,6 +251,7 @@ int main(void) {
         cmocka_unit_test(test_malformed_llama2c),
         cmocka_unit_test(test_info_stories260k),
         cmocka_unit_test(test_run_modes),
+        cmocka_unit_test(test_builtin_model),
         cmocka_unit_test(test_prune_iterative),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
