@@ -9,7 +9,9 @@
 #include "model/model.h"
 #include "sample/sample.h"
 
-#define KVANT_VERSION "0.1.0"
+#ifndef KVANT_VERSION
+#error "KVANT_VERSION comes from project(kvant VERSION ...) in CMakeLists.txt"
+#endif
 #define SEQ_MAX_BATCH 512 /* tokens per forward chunk; longer prompts run in chunks */
 
 

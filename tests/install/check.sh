@@ -1,0 +1,18 @@
+#!/bin/sh
+# check.sh BUILD PREFIX CC - installs the build into PREFIX (cmake --install),
+# builds tests/install/hello.c against it with pkg-config alone, runs it and
+# checks the text.  The ctest test_install_pkgconfig.
+set -eu
+build=$1 prefix=$2 cc=$3
+src=$(dirname "$0")/hello.c
+rm -rf "$prefix"
+cmake --install "$build" --prefix "$prefix" >/dev/null
+pc=$(dirname "$(find "$prefix" -name kvant.pc)")
+export PKG_CONFIG_PATH="$pc"
+flags=$(pkg-config --cflags --libs --static kvant)
+echo "pkg-config --cflags --libs --static kvant: $flags"
+find "$prefix" -type f | sort
+"$cc" -std=c11 -o "$prefix/hello" "$src" $flags
+LD_LIBRARY_PATH="$prefix/lib:${LD_LIBRARY_PATH:-}" "$prefix/hello" | tee "$prefix/hello.out"
+grep -q "there was a little girl" "$prefix/hello.out"
+echo "1 passed, 0 failed"
