@@ -58,8 +58,8 @@ static void usage(FILE *f) {
             "  -n, --requests N        requests in all (default 64)\n"
             "  --rate R                Poisson arrivals at R requests/s (default: all at once,\n"
             "                          limited by -c)\n"
-            "  --prompts FILE          text the prompts are cut from (default\n"
-            "                          ../shared/corpora/tinystories_val_subset.txt)\n"
+            "  --prompts FILE          text the prompts are cut from (default: a few built-in\n"
+            "                          sentences; e.g. ../shared/corpora/tinystories_val_subset.txt)\n"
             "  --prompt-words N        words per prompt (default 30, about 40 tokens)\n"
             "  --prompt-tokens N       prompts of N random token ids instead of text (vLLM's random\n"
             "                          dataset; exact lengths whatever the tokenizer)\n"
@@ -91,9 +91,22 @@ typedef struct {
     size_t n;
 } corpus;
 
+/* the text prompts are cut from when no --prompts FILE is given: a few
+ * TinyStories-like sentences written for this (no file beside the binary) */
+static const char k_builtin_prompts[] =
+    "Once upon a time, there was a little girl named Lily. She loved to play in the park with her dog Max. "
+    "One day, Lily saw a big red ball under a tree. She wanted to share it with her friend Tom, who was sad. "
+    "Tom smiled and they played together until the sun went down. The next morning, a small bird sang at the "
+    "window, and Lily ran outside to find it. Her mom said, \"Be careful, the grass is wet!\" Lily laughed and "
+    "promised to be kind to every animal she met. In a quiet town lived an old man who made toys from wood. "
+    "Every child in the town knew his shop, and every child had a favorite toy there. One rainy day a boy named "
+    "Ben came in with a broken boat. The old man fixed it and Ben was very happy.";
+
 static bool corpus_load(corpus *c, const char *path) {
     size_t sz = 0;
-    if (!(c->text = cli_read_file(path, &sz))) return false;
+    if (!path) c->text = strdup(k_builtin_prompts);
+    else c->text = cli_read_file(path, &sz);
+    if (!c->text) return false;
     size_t cap = 1024;
     if (!(c->w = malloc(cap * sizeof *c->w))) return false;
     for (char *p = c->text; *p;) {
@@ -353,7 +366,7 @@ static cJSON *stat_json(lg_stat s) {
 
 int cmd_loadgen(int argc, char **argv) {
     cli_args a = {argc, 1, argv, "kvant loadgen", false};
-    lg_opts o = {.prompts = "../shared/corpora/tinystories_val_subset.txt", .endpoint = "completions", .c = 8,
+    lg_opts o = {.prompts = NULL, .endpoint = "completions", .c = 8,
                  .n = 64, .max_tokens = 64, .prompt_words = 30, .inject_words = 1500, .inject_max_tokens = 16, .inject_tokens = 2000, .vocab = 32000,
                  .timeout_s = 600, .inject_at = -1, .ignore_eos = true, .seed = 1};
     for (; a.i < argc && !a.error; a.i++) {
@@ -419,7 +432,7 @@ int cmd_loadgen(int argc, char **argv) {
     o.url = url;
     corpus cp = {0};
     if (!corpus_load(&cp, o.prompts)) {
-        fprintf(stderr, "kvant loadgen: cannot read prompts from '%s'\n", o.prompts);
+        fprintf(stderr, "kvant loadgen: cannot read prompts from '%s'\n", o.prompts ? o.prompts : "(built in)");
         return CLI_USAGE;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);

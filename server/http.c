@@ -17,6 +17,7 @@
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,8 +93,8 @@ struct srv {
     struct MHD_Daemon *d;
     int port;
     pthread_t engine_thread;
-    volatile int engine_stop;
-    volatile int draining;
+    _Atomic int engine_stop;   /* set by the stopping thread, read by the engine loop */
+    _Atomic int draining;      /* set on SIGTERM, read by the request threads */
     pthread_mutex_t reg_mu;
     sreq **reg;
     int reg_len, reg_cap;
@@ -187,7 +188,7 @@ static void route(srv *s, const kvant_event *evs, int n) {
 static void *engine_main(void *arg) {
     srv *s = arg;
     kvant_status st;
-    while (!s->engine_stop) {
+    while (!atomic_load(&s->engine_stop)) {
         if (!kvant_engine_wait(s->e, 50)) continue;
         const int n = kvant_engine_step(s->e, s->evbuf, SRV_EVENTS, &st);
         if (n < 0) {
@@ -770,7 +771,7 @@ static enum MHD_Result handle_generate(srv *s, conn_ctx *x, struct MHD_Connectio
     if (x->too_big)
         return send_error(s, x, c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", NULL, "request_too_large",
                           "request body exceeds %zu bytes", s->p.max_body);
-    if (s->draining)
+    if (atomic_load(&s->draining))
         return send_error(s, x, c, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, "shutting_down",
                           "the server is shutting down");
     cJSON *j = cJSON_ParseWithLength(x->body ? x->body : "", x->len);
@@ -933,8 +934,9 @@ static enum MHD_Result route_request(srv *s, conn_ctx *x, struct MHD_Connection 
     const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/health")) {
         if (!get) goto method;
-        return send_text(x, c, s->draining ? 503 : 200, "application/json",
-                         strdup(s->draining ? "{\"status\":\"shutting_down\"}" : "{\"status\":\"ok\"}"), NULL);
+        const bool draining = atomic_load(&s->draining);
+        return send_text(x, c, draining ? 503 : 200, "application/json",
+                         strdup(draining ? "{\"status\":\"shutting_down\"}" : "{\"status\":\"ok\"}"), NULL);
     }
     if (!strcmp(url, "/metrics")) {
         if (!get) goto method;
@@ -1107,7 +1109,7 @@ srv *srv_start(kvant_model *m, const srv_params *p, kvant_status *st) {
     st->code = KVANT_OK;
     return s;
 fail:
-    s->engine_stop = 1;
+    atomic_store(&s->engine_stop, 1);
     pthread_join(s->engine_thread, NULL);
     kvant_engine_free(s->e);
     free(s->evbuf);
@@ -1129,7 +1131,7 @@ static int reg_count(srv *s) {
 
 void srv_stop(srv *s, int grace_ms) {
     if (!s) return;
-    s->draining = 1;
+    atomic_store(&s->draining, 1);
     const MHD_socket ls = MHD_quiesce_daemon(s->d); /* no new connections */
     if (ls != MHD_INVALID_SOCKET) close(ls);
     double t0 = kvant_time_ms();
@@ -1143,7 +1145,7 @@ void srv_stop(srv *s, int grace_ms) {
         while (reg_count(s) && kvant_time_ms() - t0 < 5000) usleep(20000);
     }
     usleep(100000); /* let resumed streams write their last bytes */
-    s->engine_stop = 1;
+    atomic_store(&s->engine_stop, 1);
     pthread_join(s->engine_thread, NULL);
     MHD_stop_daemon(s->d);
     kvant_engine_free(s->e);
