@@ -128,7 +128,7 @@ int cmd_serve(int argc, char **argv) {
         kvant_model_free(m);
         return st.code == KVANT_ERR_ARG ? CLI_USAGE : CLI_FAIL;
     }
-    fprintf(stderr, "kvant serve: %s on http://%s:%d (model id '%s', %d threads)\n", model,
+    fprintf(stderr, "kvant serve: %s on http://%s:%d (model id '%s', %d threads)\n", model ? model : "stories260K (built in)",
             p.host ? p.host : "127.0.0.1", srv_port(s), p.model_id,
             threads ? threads : kvant_default_threads());
     const char *why = p.chat_template ? "--chat-template" : "from the model";
