@@ -356,7 +356,7 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
             vp[jj] = v;
         }
     }
-    for (int jj = n; jj < nc; jj++) kp[jj] = sc + L->kz; /* zeros as floats, and as halves */
+    for (jj = n; jj < nc; jj++) kp[jj] = sc + L->kz; /* zeros as floats, and as halves */
 }
 
 static void flash_unit(const flash_job *j, float *sc, int u) {
