@@ -32,37 +32,7 @@ static tok *load_vocab(const char *vocab) {
     return t;
 }
 
-static int32_t *encode(const tok *t, const char *s, size_t len, bool bos, bool special, int *n) {
-    int need = tok_encode(t, s, len, bos, special, NULL, 0);
-    if (need == INT_MIN) fail_msg("tok_encode: out of memory");
-    if (need < 0) need = -need;
-    int32_t *ids = malloc(((size_t)need + 1) * sizeof *ids);
-    assert_non_null(ids);
-    *n = tok_encode(t, s, len, bos, special, ids, need);
-    assert_int_equal(*n, need);
-    return ids;
-}
-
-/* concatenated tok_decode_piece output (malloc'd, NUL-terminated) */
-static char *decode(const tok *t, const int32_t *ids, int n, size_t *len) {
-    size_t cap = 64, pos = 0;
-    char *out = malloc(cap);
-    int max = tok_max_piece(t);
-    for (int i = 0; i < n; i++) {
-        while (cap - pos < (size_t)max + 1) out = realloc(out, cap *= 2);
-        pos += (size_t)tok_decode_piece(t, i ? ids[i - 1] : -1, ids[i], out + pos, max);
-    }
-    out[pos] = 0;
-    *len = pos;
-    return out;
-}
-
-static void print_ids(const char *what, const int32_t *ids, int n) {
-    char line[4096];
-    int k = snprintf(line, sizeof line, "  %s:", what);
-    for (int i = 0; i < n && k < (int)sizeof line - 16; i++) k += snprintf(line + k, sizeof line - k, " %d", ids[i]);
-    print_message("%s\n", line);
-}
+#include "tok_helpers.h"
 
 static void expect_ids(const tok *t, const char *s, bool bos, bool special, const int32_t *want, int nw) {
     int n;
