@@ -132,8 +132,9 @@ int cli_train_run(const char *cmd, kvant_train_params *p) {
 static void train_help(void) {
     printf("usage: kvant train (-m MODEL | --config CFG --tokenizer-from MODEL) -f TEXT -o OUT.gguf [options]\n"
            "\n"
-           "Trains a llama-family model in FP32 with AdamW: fine-tuning a GGUF (any weight\n"
-           "type, dequantized), or from scratch from a config with seeded initialization.\n"
+           "Trains a model of the Llama-2 layout in FP32 with AdamW (other families are\n"
+           "refused by name): fine-tuning a GGUF (any weight type, dequantized), or from\n"
+           "scratch from a config with seeded initialization.\n"
            "Batches are random windows of the text's first 90%%; the validation loss is\n"
            "measured on non-overlapping windows of the last 10%%.  Progress (loss, tokens/s,\n"
            "ETA) on stderr; at the end, the training step's cost against a forward pass\n"
