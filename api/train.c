@@ -23,24 +23,24 @@ static kvant_code parse_config(const char *s, int vocab, int ctx, train_config *
     *c = (train_config){.vocab = vocab, .ctx = ctx, .rope_base = 10000.0f, .norm_eps = 1e-5f};
     char buf[512];
     snprintf(buf, sizeof buf, "%s", s);
-    for (char *tok = strtok(buf, ", "); tok; tok = strtok(NULL, ", ")) {
-        char *eq = strchr(tok, '=');
-        if (!eq) return core_fail(st, KVANT_ERR_ARG, "config: '%s' is not key=value", tok);
+    for (char *kv = strtok(buf, ", "); kv; kv = strtok(NULL, ", ")) {
+        char *eq = strchr(kv, '=');
+        if (!eq) return core_fail(st, KVANT_ERR_ARG, "config: '%s' is not key=value", kv);
         *eq = 0;
         char *end;
         const double v = strtod(eq + 1, &end);
-        if (*end || end == eq + 1) return core_fail(st, KVANT_ERR_ARG, "config: bad value for '%s'", tok);
-        if (!strcmp(tok, "dim")) c->dim = (int)v;
-        else if (!strcmp(tok, "hidden")) c->hidden = (int)v;
-        else if (!strcmp(tok, "layers")) c->n_layers = (int)v;
-        else if (!strcmp(tok, "heads")) c->n_heads = (int)v;
-        else if (!strcmp(tok, "kv_heads")) c->n_kv_heads = (int)v;
-        else if (!strcmp(tok, "head_dim")) c->head_dim = (int)v;
-        else if (!strcmp(tok, "ctx")) c->ctx = (int)v;
-        else if (!strcmp(tok, "rope_base")) c->rope_base = (float)v;
-        else if (!strcmp(tok, "tied")) c->tied = v != 0;
+        if (*end || end == eq + 1) return core_fail(st, KVANT_ERR_ARG, "config: bad value for '%s'", kv);
+        if (!strcmp(kv, "dim")) c->dim = (int)v;
+        else if (!strcmp(kv, "hidden")) c->hidden = (int)v;
+        else if (!strcmp(kv, "layers")) c->n_layers = (int)v;
+        else if (!strcmp(kv, "heads")) c->n_heads = (int)v;
+        else if (!strcmp(kv, "kv_heads")) c->n_kv_heads = (int)v;
+        else if (!strcmp(kv, "head_dim")) c->head_dim = (int)v;
+        else if (!strcmp(kv, "ctx")) c->ctx = (int)v;
+        else if (!strcmp(kv, "rope_base")) c->rope_base = (float)v;
+        else if (!strcmp(kv, "tied")) c->tied = v != 0;
         else return core_fail(st, KVANT_ERR_ARG, "config: unknown key '%s' (dim, hidden, layers, heads, kv_heads, "
-                              "head_dim, ctx, rope_base, tied)", tok);
+                              "head_dim, ctx, rope_base, tied)", kv);
     }
     if (!c->n_kv_heads) c->n_kv_heads = c->n_heads;
     if (!c->head_dim && c->n_heads > 0) c->head_dim = c->dim / c->n_heads;

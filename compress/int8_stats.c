@@ -70,8 +70,8 @@ void int8_stats_tap(void *user, int layer, model_mm_id mm, const float *x, int T
     const bool hidden = site == INT8_SITE_ATTN_IN || site == INT8_SITE_FFN_IN;
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * cols;
-        const int64_t tok = s->tok_base + t;
-        uint8_t *hit = hidden && tok < s->max_tokens ? s->hit + (size_t)tok * cols : NULL;
+        const int64_t ti = s->tok_base + t;
+        uint8_t *hit = hidden && ti < s->max_tokens ? s->hit + (size_t)ti * cols : NULL;
         for (int j = 0; j < cols; j++) {
             const float a = fabsf(xt[j]);
             if (a > mx[j]) mx[j] = a;

@@ -337,14 +337,14 @@ kvant_code ptq_quantize_file(const char *in_path, const char *out_path, const pt
         }
         double *H = NULL;
         if (ip && c.xtx) { /* the slot's x x^T for this tensor's columns, mirrored, per token */
-            const int64_t n = t->ne[0];
-            H = malloc((size_t)(n * n) * sizeof *H);
+            const int64_t K = t->ne[0];
+            H = malloc((size_t)(K * K) * sizeof *H);
             if (!H) { rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory"); break; }
             const double *src = c.xtx + (size_t)slot * c.width * c.width;
             const double cnt = c.count[slot] > 0 ? (double)c.count[slot] : 1.0;
-            for (int64_t i2 = 0; i2 < n; i2++)
-                for (int64_t j2 = i2; j2 < n; j2++)
-                    H[i2 * n + j2] = H[j2 * n + i2] = src[(size_t)i2 * c.width + j2] / cnt;
+            for (int64_t i2 = 0; i2 < K; i2++)
+                for (int64_t j2 = i2; j2 < K; j2++)
+                    H[i2 * K + j2] = H[j2 * K + i2] = src[(size_t)i2 * c.width + j2] / cnt;
         }
         rc = add_tensor_(w, p, t->name, t->n_dims, t->ne, f32, ip, H, &r, st);
         free(H);

@@ -38,6 +38,7 @@ AI __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
     return _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(u0, s0), _mm256_madd_epi16(u1, s1)));
 }
 #define kern_pack_tile_avx512 kern_pack_tile_avx512_emulated
+kern_pack_tile_fn kern_pack_tile_avx512_emulated(int wtype); /* test_repack declares it too */
 #else
 AI __m256i dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
 #endif

@@ -510,7 +510,7 @@ kvant_code sched_run(sched *s, kvant_status *st) {
 
 /* log-probabilities of the raw logits (temperature 1): the chosen token's
  * and the top n alternatives (the first is the most likely) */
-static void logprobs_of(float *x, int V, int n, int32_t tok, kvant_event *e) {
+static void logprobs_of(float *x, int V, int n, int32_t token, kvant_event *e) {
     float mx = x[0];
     for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
     int cnt = 0; /* insertion into a sorted top-n */
@@ -527,7 +527,7 @@ static void logprobs_of(float *x, int V, int n, int32_t tok, kvant_event *e) {
     }
     e->n_top = cnt;
     for (int k = 0; k < e->n_top; k++) e->top_logprobs[k] = x[e->top_tokens[k]];
-    const float lt = x[tok];
+    const float lt = x[token];
     /* log-sum-exp; x becomes the exps (a vector exp at the avx2 tier) */
     const double lse = mx + log(kern_exp_sum(x, x, V, mx, 1.0f));
     e->logprob = (float)(lt - lse);
@@ -540,19 +540,19 @@ static void sample_next(sched *s, sseq *q, float *row) {
     const sched_req *r = q->req;
     const int nlp = r->r.logprobs;
     if (nlp > 0) memcpy(s->lp_scratch, row, (size_t)s->V * sizeof(float));
-    const int32_t tok = sampler_sample(q->smp, row);
-    sampler_accept(q->smp, tok);
-    if (tok_is_eog(s->m->tok, tok) && !r->r.ignore_eos) {
+    const int32_t token = sampler_sample(q->smp, row);
+    sampler_accept(q->smp, token);
+    if (tok_is_eog(s->m->tok, token) && !r->r.ignore_eos) {
         kvant_event e = event_of(q, -1, KVANT_FINISH_EOS);
         push_event(s, &e);
         seq_done(s, q);
         return;
     }
-    q->toks[q->n_toks++] = tok;
+    q->toks[q->n_toks++] = token;
     q->n_gen++;
     const kvant_finish fin = q->n_gen >= r->r.max_tokens ? KVANT_FINISH_LENGTH : KVANT_FINISH_NONE;
-    kvant_event e = event_of(q, tok, fin);
-    if (nlp > 0) logprobs_of(s->lp_scratch, s->V, nlp, tok, &e);
+    kvant_event e = event_of(q, token, fin);
+    if (nlp > 0) logprobs_of(s->lp_scratch, s->V, nlp, token, &e);
     push_event(s, &e);
     if (fin) seq_done(s, q);
 }

@@ -189,11 +189,11 @@ static void test_outlier_criterion(void **state) {
                 for (int t = 0; t < T; t++)
                     for (int j = 0; j < cols; j++) {
                         float v = frand();
-                        const int tok = batch * T + t;
+                        const int ti = batch * T + t;
                         const bool hid = mm == MODEL_MM_WQ || mm == MODEL_MM_GATE;
-                        if (hid && j == 5 && tok % 10 == 0) v = 9;
+                        if (hid && j == 5 && ti % 10 == 0) v = 9;
                         if (hid && j == 9 && l == 3) v = -9;
-                        if (hid && j == 12 && tok % 50 == 0) v = 9;
+                        if (hid && j == 12 && ti % 50 == 0) v = 9;
                         if (j == 20) v = 5.9f;
                         x[t * cols + j] = v;
                     }
@@ -400,25 +400,25 @@ static void test_cli(void **state) {
     int rc;
     char *out;
     const char *M = shared_path("models/stories260K.gguf");
-    char model[1024];
-    snprintf(model, sizeof model, "%s", M);
+    char model_path[1024];
+    snprintf(model_path, sizeof model_path, "%s", M);
     const char *F = shared_path("corpora/tinystories_val_subset.txt");
     snprintf(cmd, sizeof cmd, "%s outliers -m %s --calib %s --tokens 512 --json --inject-outliers 7 2>/dev/null",
-             KVANT_BIN, model, F);
+             KVANT_BIN, model_path, F);
     out = run_capture(cmd, &rc);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "\"tokens\": 512"));
     assert_non_null(strstr(out, "{\"dim\": 7, "));
     assert_non_null(strstr(strstr(out, "{\"dim\": 7, "), "\"outlier\": true}"));
     free(out);
-    snprintf(cmd, sizeof cmd, "%s ppl -m %s -f %s --smoothquant 2>/dev/null", KVANT_BIN, model, F);
+    snprintf(cmd, sizeof cmd, "%s ppl -m %s -f %s --smoothquant 2>/dev/null", KVANT_BIN, model_path, F);
     free(run_capture(cmd, &rc));
     assert_int_equal(rc, 2); /* no --calib */
-    snprintf(cmd, sizeof cmd, "%s ppl -m %s -f %s --alpha 2 --smoothquant 2>/dev/null", KVANT_BIN, model, F);
+    snprintf(cmd, sizeof cmd, "%s ppl -m %s -f %s --alpha 2 --smoothquant 2>/dev/null", KVANT_BIN, model_path, F);
     free(run_capture(cmd, &rc));
     assert_int_equal(rc, 2);
     snprintf(cmd, sizeof cmd, "%s ppl -m %s -f %s -c 128 --chunks 2 --int8-mixed --json 2>/dev/null", KVANT_BIN,
-             model, F);
+             model_path, F);
     out = run_capture(cmd, &rc);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "\"int8_mode\": \"mixed\""));

@@ -244,8 +244,8 @@ static void test_matches_inference(void **s) {
     kvant_model *km = kvant_model_open(shared_path("models/stories260K.gguf"), NULL, &st);
     assert_non_null(km);
     const char *text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
-    int32_t tok[64];
-    const int n = kvant_tokenize(km, text, strlen(text), true, tok, 64);
+    int32_t ids[64];
+    const int n = kvant_tokenize(km, text, strlen(text), true, ids, 64);
     assert_true(n > 8 && n <= 64);
     train_model *tm = train_model_from(km->m, &st);
     assert_non_null(tm);
@@ -255,9 +255,9 @@ static void test_matches_inference(void **s) {
     train_acts a;
     train_acts_make(&tm->cfg, 1, n, 2, &a);
     float *A = malloc(sizeof(float) * a.n), *ref = malloc(sizeof(float) * (size_t)n * V);
-    train_forward_f(ex, &tm->cfg, &tm->lay, &a, tm->p, A, tok, NULL, false);
+    train_forward_f(ex, &tm->cfg, &tm->lay, &a, tm->p, A, ids, NULL, false);
     kvant_seq *seq = kvant_seq_new(km, 0, &st);
-    assert_int_equal(kvant_forward(seq, tok, n, ref, true, &st), KVANT_OK);
+    assert_int_equal(kvant_forward(seq, ids, n, ref, true, &st), KVANT_OK);
     double maxd = 0;
     for (size_t i = 0; i < (size_t)n * V; i++) maxd = fmax(maxd, fabs(A[a.logits + i] - ref[i]));
     printf("  stories260K: %d tokens, max |logit diff| train vs inference %.2e\n", n, maxd);
@@ -269,7 +269,7 @@ static void test_matches_inference(void **s) {
     assert_non_null(k2);
     kvant_seq *s2 = kvant_seq_new(k2, 0, &st);
     float *ref2 = malloc(sizeof(float) * (size_t)n * V);
-    assert_int_equal(kvant_forward(s2, tok, n, ref2, true, &st), KVANT_OK);
+    assert_int_equal(kvant_forward(s2, ids, n, ref2, true, &st), KVANT_OK);
     for (size_t i = 0; i < (size_t)n * V; i++) assert_true(ref2[i] == ref[i]);
     kvant_seq_free(s2); kvant_model_free(k2); free(ref2);
     kvant_seq_free(seq);
