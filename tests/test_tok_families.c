@@ -56,35 +56,10 @@ static void expect_ids(const tok *t, const char *s, bool bos, bool special, cons
 static void check_family(const char *vocab, const char *pre) {
     tok *t = load_vocab(vocab);
     assert_string_equal(tok_pre_name(t), pre);
-    tok_vectors v;
     char rel[256];
     snprintf(rel, sizeof rel, "tokenizers/ggml-vocab-%s.gguf", vocab);
-    read_vectors(rel, &v);
-    assert_int_equal(v.n, 46);
-    int bad_ids = 0, bad_text = 0;
-    for (int i = 0; i < v.n; i++) {
-        int n;
-        int32_t *ids = encode(t, v.inp[i], v.inp_len[i], false, false, &n);
-        if (n != v.n_ids[i] || memcmp(ids, v.ids[i], (size_t)n * sizeof *ids) != 0) {
-            print_message("%s #%d '%s': ids differ\n", vocab, i, v.inp[i]);
-            print_ids("want", v.ids[i], v.n_ids[i]);
-            print_ids("got ", ids, n);
-            bad_ids++;
-        }
-        size_t len;
-        char *text = decode(t, ids, n, &len);
-        if (len != v.inp_len[i] || memcmp(text, v.inp[i], len) != 0) {
-            print_message("%s #%d '%s': decodes to '%s'\n", vocab, i, v.inp[i], text);
-            bad_text++;
-        }
-        free(text);
-        free(ids);
-    }
-    print_message("%s: %d/%d vectors, %d/%d round trips\n", vocab, v.n - bad_ids, v.n, v.n - bad_text, v.n);
-    free_vectors(&v);
+    check_vectors(t, rel, 46);
     tok_free(t);
-    assert_int_equal(bad_ids, 0);
-    assert_int_equal(bad_text, 0);
 }
 
 #define FAMILY_TEST(fn, vocab, pre)                                                                          \

@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "testutil.h"
 #include "tok/tok.h"
@@ -41,6 +42,37 @@ static void print_ids(const char *what, const int32_t *ids, int n) {
     int k = snprintf(line, sizeof line, "  %s:", what);
     for (int i = 0; i < n && k < (int)sizeof line - 16; i++) k += snprintf(line + k, sizeof line - k, " %d", ids[i]);
     print_message("%s\n", line);
+}
+
+/* Every vector of llama.cpp's file `rel` encodes to its ids and decodes back
+ * to its text; prints each miss and the counts, then fails on any. */
+static void check_vectors(const tok *t, const char *rel, int expect_n) {
+    tok_vectors v;
+    read_vectors(rel, &v);
+    assert_int_equal(v.n, expect_n);
+    int bad_ids = 0, bad_text = 0;
+    for (int i = 0; i < v.n; i++) {
+        int n;
+        int32_t *ids = encode(t, v.inp[i], v.inp_len[i], false, false, &n);
+        if (n != v.n_ids[i] || memcmp(ids, v.ids[i], (size_t)n * sizeof *ids) != 0) {
+            print_message("%s #%d '%s': ids differ\n", rel, i, v.inp[i]);
+            print_ids("want", v.ids[i], v.n_ids[i]);
+            print_ids("got ", ids, n);
+            bad_ids++;
+        }
+        size_t len;
+        char *text = decode(t, ids, n, &len);
+        if (len != v.inp_len[i] || memcmp(text, v.inp[i], len) != 0) {
+            print_message("%s #%d '%s': decodes to '%s'\n", rel, i, v.inp[i], text);
+            bad_text++;
+        }
+        free(text);
+        free(ids);
+    }
+    print_message("%s: %d/%d vectors, %d/%d round trips\n", rel, v.n - bad_ids, v.n, v.n - bad_text, v.n);
+    free_vectors(&v);
+    assert_int_equal(bad_ids, 0);
+    assert_int_equal(bad_text, 0);
 }
 
 #endif
