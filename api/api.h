@@ -1,5 +1,5 @@
 /* api/api.h - what the public handles are, for the files of api/ only.
- * Users see them as opaque (include/kvant.h). */
+ * Users see them as opaque (include/kvant*.h). */
 #ifndef KVANT_API_INTERNAL_H
 #define KVANT_API_INTERNAL_H
 
@@ -29,5 +29,8 @@ struct kvant_kv_pool {
 struct kvant_sampler {
     sampler *s;
 };
+
+/* the kern_type of a public KV cache type; -1 for a value out of range */
+int api_kv_type(kvant_kv_type t);
 
 #endif

@@ -1,6 +1,7 @@
 /* chat.c - the public chat-template API over chat/ (rendering, detection)
  * and tok/ (the prompt's tokens). */
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,7 +9,15 @@
 #include "chat/chat.h"
 #include "tok/tok.h"
 
-kvant_chat_template kvant_chat_detect_text(const char *jinja) { return chat_detect(jinja); }
+/* chat/ mirrors the public enum and message (it sees only kvant_base.h) */
+_Static_assert((int)CHAT_N_TEMPLATES == (int)KVANT_CHAT_N_TEMPLATES, "chat/ and kvant_infer.h list the same templates");
+_Static_assert((int)CHAT_ZEPHYR == (int)KVANT_CHAT_ZEPHYR && (int)CHAT_LLAMA3_2 == (int)KVANT_CHAT_LLAMA3_2 &&
+                   (int)CHAT_PHI4 == (int)KVANT_CHAT_PHI4 && (int)CHAT_MISTRAL_V7 == (int)KVANT_CHAT_MISTRAL_V7,
+               "in the same order");
+_Static_assert(sizeof(chat_msg) == sizeof(kvant_chat_msg) && offsetof(chat_msg, content) == offsetof(kvant_chat_msg, content),
+               "messages have one layout");
+
+kvant_chat_template kvant_chat_detect_text(const char *jinja) { return (kvant_chat_template)chat_detect(jinja); }
 
 kvant_chat_template kvant_chat_detect(const kvant_model *km) {
     const model *m = km ? km->m : NULL;
@@ -19,28 +28,28 @@ kvant_chat_template kvant_chat_detect(const kvant_model *km) {
     if (!t) return KVANT_CHAT_PLAIN;
     memcpy(t, s.data, (size_t)s.len);
     t[s.len] = 0;
-    const kvant_chat_template r = chat_detect(t);
+    const kvant_chat_template r = (kvant_chat_template)chat_detect(t);
     free(t);
     return r;
 }
 
 kvant_code kvant_chat_template_by_name(const char *name, kvant_chat_template *out, kvant_status *st) {
-    kvant_chat_template t;
+    chat_template t;
     if (!name || !out || !chat_from_name(name, &t))
         return core_fail(st, KVANT_ERR_ARG, "unknown chat template '%.64s' (known: %s)", name ? name : "(null)",
                          chat_names());
-    *out = t;
+    *out = (kvant_chat_template)t;
     core_ok(st);
     return KVANT_OK;
 }
 
-const char *kvant_chat_template_name(kvant_chat_template t) { return chat_name(t); }
+const char *kvant_chat_template_name(kvant_chat_template t) { return chat_name((chat_template)t); }
 
 const char *kvant_chat_template_list(void) { return chat_names(); }
 
 char *kvant_chat_render(kvant_chat_template t, const kvant_chat_msg *msgs, int n, bool add_assistant,
                         kvant_status *st) {
-    return chat_render(t, msgs, n, add_assistant, NULL, st);
+    return chat_render((chat_template)t, (const chat_msg *)msgs, n, add_assistant, NULL, st);
 }
 
 int kvant_chat_tokenize(const kvant_model *km, const char *text, size_t len, int32_t *tokens, int max) {

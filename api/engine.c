@@ -1,4 +1,4 @@
-/* engine.c - the serving engine of the public API (include/kvant.h,
+/* engine.c - the serving engine of the public API (include/kvant_infer.h,
  * "engine") over sched/: one mutex guards the scheduler; a step holds it to
  * plan the batch and to consume its logits, but not during the forward
  * pass, so submit / cancel / stats from other threads wait at most for the
@@ -13,16 +13,37 @@
 #include "kernels/types.h"
 #include "sched/sched.h"
 
+_Static_assert(SCHED_MAX_LOGPROBS == KVANT_MAX_LOGPROBS, "sched/ reports as many alternatives as the API");
+_Static_assert((int)SCHED_FINISH_ERROR == (int)KVANT_FINISH_ERROR && (int)SCHED_FINISH_EOS == (int)KVANT_FINISH_EOS &&
+                   (int)SCHED_FINISH_LENGTH == (int)KVANT_FINISH_LENGTH &&
+                   (int)SCHED_FINISH_CANCELLED == (int)KVANT_FINISH_CANCELLED,
+               "sched/ numbers the finish reasons as the API");
+
+static sample_params sample_params_of(const kvant_sampling *s) {
+    return (sample_params){s->temperature, s->top_k, s->top_p, s->min_p, s->repeat_penalty, s->repeat_last_n, s->seed};
+}
+
+static kvant_event event_of(const sched_event *e) {
+    kvant_event o = {.id = e->id, .index = e->index, .token = e->token, .logprob = e->logprob, .n_top = e->n_top,
+                     .finish = (kvant_finish)e->finish, .n_prompt = e->n_prompt, .n_generated = e->n_generated,
+                     .n_cached = e->n_cached};
+    memcpy(o.top_tokens, e->top_tokens, sizeof o.top_tokens);
+    memcpy(o.top_logprobs, e->top_logprobs, sizeof o.top_logprobs);
+    return o;
+}
+
 struct kvant_engine {
     kvant_model *km;
     sched *s;
+    sched_event *ev;       /* [max_seqs * 2] events popped per call, translated into the caller's array */
+    int ev_cap;
     pthread_mutex_t mu;
     pthread_cond_t cv;     /* signalled when work arrives */
 };
 
 kvant_engine_params kvant_engine_default(void) {
     return (kvant_engine_params){.max_seqs = 64, .max_batch_tokens = 512, .max_waiting = 1024, .kv_mem_mib = 0,
-                                 .block_size = 16, .kv_type = "f32", .max_ctx = 0, .prefix_cache = true,
+                                 .block_size = 16, .kv_type = KVANT_KV_F16, .max_ctx = 0, .prefix_cache = true,
                                  .target_step_ms = 0};
 }
 
@@ -40,11 +61,8 @@ kvant_engine *kvant_engine_new(kvant_model *km, const kvant_engine_params *p, kv
         .prefix_cache = p->prefix_cache,
         .target_step_ms = p->target_step_ms > 0 ? p->target_step_ms : 0,
     };
-    if (!p->kv_type || !strcmp(p->kv_type, "f32")) sp.kv_type = KT_F32;
-    else if (!strcmp(p->kv_type, "f16")) sp.kv_type = KT_F16;
-    else if (!strcmp(p->kv_type, "q8_0")) sp.kv_type = KT_Q8_0;
-    else {
-        core_fail(st, KVANT_ERR_ARG, "unknown KV cache type '%s' (f32, f16, q8_0)", p->kv_type);
+    if ((sp.kv_type = api_kv_type(p->kv_type)) < 0) {
+        core_fail(st, KVANT_ERR_ARG, "KV cache type %d is none of kvant_kv_type", (int)p->kv_type);
         return NULL;
     }
     if (sp.max_seqs > 4096 || sp.max_batch_tokens > 65536 || sp.block_size > 4096 || sp.max_ctx > (1 << 22)) {
@@ -59,7 +77,14 @@ kvant_engine *kvant_engine_new(kvant_model *km, const kvant_engine_params *p, kv
         return NULL;
     }
     e->km = km;
+    e->ev_cap = 2 * sp.max_seqs + 16;
+    if (!(e->ev = malloc((size_t)e->ev_cap * sizeof *e->ev))) {
+        free(e);
+        core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
     if (!(e->s = sched_new(m, &sp, st))) {
+        free(e->ev);
         free(e);
         return NULL;
     }
@@ -76,6 +101,7 @@ kvant_engine *kvant_engine_new(kvant_model *km, const kvant_engine_params *p, kv
 void kvant_engine_free(kvant_engine *e) {
     if (!e) return;
     sched_free(e->s);
+    free(e->ev);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);
@@ -84,8 +110,10 @@ void kvant_engine_free(kvant_engine *e) {
 int64_t kvant_engine_submit(kvant_engine *e, const int32_t *prompt, int n_prompt, const kvant_request *r,
                             kvant_status *st) {
     if (!r) return core_fail(st, KVANT_ERR_ARG, "no request settings"), -1;
+    const sched_request sr = {.sampling = sample_params_of(&r->sampling), .max_tokens = r->max_tokens, .n = r->n,
+                              .ignore_eos = r->ignore_eos, .logprobs = r->logprobs};
     pthread_mutex_lock(&e->mu);
-    const int64_t id = sched_submit(e->s, prompt, n_prompt, r, st);
+    const int64_t id = sched_submit(e->s, prompt, n_prompt, &sr, st);
     if (id > 0) pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     return id;
@@ -112,7 +140,14 @@ int kvant_engine_step(kvant_engine *e, kvant_event *out, int max_out, kvant_stat
     pthread_mutex_lock(&e->mu);
     if (T > 0) sched_finish(e->s, rc, ms);
     /* after an error its KVANT_FINISH_ERROR events wait for the next call */
-    const int n = rc == KVANT_OK ? sched_pop_events(e->s, out, max_out) : 0;
+    int n = 0;
+    while (rc == KVANT_OK && n < max_out) { /* in pieces of ev_cap (the step's thread owns e->ev) */
+        const int want = max_out - n < e->ev_cap ? max_out - n : e->ev_cap;
+        const int got = sched_pop_events(e->s, e->ev, want);
+        for (int i = 0; i < got; i++) out[n + i] = event_of(&e->ev[i]);
+        n += got;
+        if (got < want) break;
+    }
     pthread_mutex_unlock(&e->mu);
     if (rc != KVANT_OK) return -1;
     core_ok(st);
@@ -134,7 +169,16 @@ bool kvant_engine_wait(kvant_engine *e, int timeout_ms) {
 }
 
 void kvant_engine_get_stats(kvant_engine *e, kvant_engine_stats *out) {
+    sched_stats s;
     pthread_mutex_lock(&e->mu);
-    sched_get_stats(e->s, out);
+    sched_get_stats(e->s, &s);
     pthread_mutex_unlock(&e->mu);
+    *out = (kvant_engine_stats){.running = s.running, .waiting = s.waiting, .preempted_total = s.preempted_total,
+                                .steps = s.steps, .tokens_prefill = s.tokens_prefill, .tokens_decode = s.tokens_decode,
+                                .prefix_hit_tokens = s.prefix_hit_tokens, .blocks_total = s.blocks_total,
+                                .blocks_used = s.blocks_used, .blocks_free = s.blocks_free,
+                                .blocks_cached = s.blocks_cached, .swa_blocks_total = s.swa_blocks_total,
+                                .swa_blocks_used = s.swa_blocks_used, .swa_blocks_free = s.swa_blocks_free,
+                                .swa_blocks_cached = s.swa_blocks_cached, .last_batch_tokens = s.last_batch_tokens,
+                                .last_step_ms = s.last_step_ms, .chunk_budget = s.chunk_budget};
 }

@@ -1,4 +1,4 @@
-/* int8.c - the public INT8 API (include/kvant.h): LLM.int8, SmoothQuant
+/* int8.c - the public INT8 API (include/kvant_compress.h): LLM.int8, SmoothQuant
  * W8A8 and the outlier report, over compress/int8.h. */
 #include <math.h>
 #include <stdlib.h>
@@ -19,7 +19,7 @@ struct kvant_int8 {
 };
 
 kvant_int8_params kvant_int8_default(void) {
-    return (kvant_int8_params){.mode = "w8a8", .threshold = 6.0f, .alpha = 0.5f, .calib_tokens = 4096,
+    return (kvant_int8_params){.mode = KVANT_INT8_W8A8, .threshold = 6.0f, .alpha = 0.5f, .calib_tokens = 4096,
                                .calib_ctx = 512, .inject_scale = 1.0f};
 }
 
@@ -80,12 +80,11 @@ kvant_int8 *kvant_int8_new(kvant_model *km, const kvant_int8_params *p, kvant_st
     /* the INT8 matmul hook sees the seven dense matrices; experts would stay in their type unannounced */
     if (model_require(base, MODEL_FEAT_EXPERTS, "INT8 inference (W8A8, LLM.int8, SmoothQuant)", st)) return NULL;
     int8_mode mode;
-    if (!p->mode || !strcmp(p->mode, "w8a8")) mode = INT8_W8A8;
-    else if (!strcmp(p->mode, "mixed")) mode = INT8_MIXED;
-    else if (!strcmp(p->mode, "f32")) mode = INT8_OFF;
-    else {
-        core_fail(st, KVANT_ERR_ARG, "unknown INT8 mode '%s' (w8a8, mixed, f32)", p->mode);
-        return NULL;
+    switch (p->mode) {
+    case KVANT_INT8_W8A8: mode = INT8_W8A8; break;
+    case KVANT_INT8_MIXED: mode = INT8_MIXED; break;
+    case KVANT_INT8_NONE: mode = INT8_OFF; break;
+    default: core_fail(st, KVANT_ERR_ARG, "INT8 mode %d is none of kvant_int8_mode", (int)p->mode); return NULL;
     }
     if (mode == INT8_MIXED && !(p->threshold > 0)) {
         core_fail(st, KVANT_ERR_ARG, "LLM.int8 threshold must be > 0");

@@ -1,4 +1,4 @@
-/* kvant.c - the public API (include/kvant.h) over the modules. */
+/* kvant.c - the public API (include/kvant*.h) over the modules. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,21 +132,24 @@ int kvant_token_to_piece(const kvant_model *km, int32_t prev, int32_t token, cha
 }
 
 kvant_seq_params kvant_seq_default(void) {
-    return (kvant_seq_params){.n_ctx = 0, .attn = "flash", .kv = "paged", .kv_type = "f32"};
+    return (kvant_seq_params){.n_ctx = 0, .attn = KVANT_ATTN_FLASH, .kv = KVANT_CACHE_PAGED, .kv_type = KVANT_KV_F16};
 }
 
-static int kv_type_of(const char *name) {
-    if (!name || !strcmp(name, "f32")) return KT_F32;
-    if (!strcmp(name, "f16")) return KT_F16;
-    if (!strcmp(name, "q8_0")) return KT_Q8_0;
+/* the kern_type of a public KV type, -1 for a value out of range */
+int api_kv_type(kvant_kv_type t) {
+    switch (t) {
+    case KVANT_KV_F16: return KT_F16;
+    case KVANT_KV_F32: return KT_F32;
+    case KVANT_KV_Q8_0: return KT_Q8_0;
+    }
     return -1;
 }
 
 kvant_kv_pool *kvant_kv_pool_new(kvant_model *km, const kvant_kv_pool_params *p, kvant_status *st) {
     const model_config *c = &km->m->cfg;
-    const int type = kv_type_of(p->kv_type);
+    const int type = api_kv_type(p->kv_type);
     if (type < 0) {
-        core_fail(st, KVANT_ERR_ARG, "unknown KV cache type '%s' (f32, f16, q8_0)", p->kv_type);
+        core_fail(st, KVANT_ERR_ARG, "KV cache type %d is none of kvant_kv_type", (int)p->kv_type);
         return NULL;
     }
     kvant_kv_pool *kp = calloc(1, sizeof *kp);
@@ -179,19 +182,11 @@ kvant_seq *kvant_seq_new_ex(kvant_model *km, const kvant_seq_params *p, kvant_st
     const model *m = km->m;
     const model_config *c = &m->cfg;
     const int kv_dim = c->n_kv_heads * c->head_dim;
-    const int type = kv_type_of(p->kv_type);
-    const bool naive = p->attn && !strcmp(p->attn, "naive");
-    if (type < 0) {
-        core_fail(st, KVANT_ERR_ARG, "unknown KV cache type '%s' (f32, f16, q8_0)", p->kv_type);
-        return NULL;
-    }
-    if (p->attn && !naive && strcmp(p->attn, "flash")) {
-        core_fail(st, KVANT_ERR_ARG, "unknown attention '%s' (flash, naive)", p->attn);
-        return NULL;
-    }
-    const bool paged = p->kv && !strcmp(p->kv, "paged");
-    if (p->kv && !paged && strcmp(p->kv, "contiguous")) {
-        core_fail(st, KVANT_ERR_ARG, "unknown KV cache '%s' (paged, contiguous)", p->kv);
+    const int type = api_kv_type(p->kv_type);
+    const bool naive = p->attn == KVANT_ATTN_NAIVE, paged = p->kv == KVANT_CACHE_PAGED;
+    if (type < 0 || (p->attn != KVANT_ATTN_FLASH && !naive) || (!paged && p->kv != KVANT_CACHE_CONTIGUOUS)) {
+        core_fail(st, KVANT_ERR_ARG, "KV cache settings out of range (kv_type %d, attn %d, kv %d)", (int)p->kv_type,
+                  (int)p->attn, (int)p->kv);
         return NULL;
     }
     if (p->sink_stats > 0 && !naive) {

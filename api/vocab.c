@@ -1,5 +1,5 @@
 /* api/vocab.c - a tokenizer opened from a GGUF without its weights
- * (include/kvant.h, "vocabulary only"). */
+ * (include/kvant_infer.h, "vocabulary only"). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>

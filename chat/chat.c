@@ -10,46 +10,46 @@
 #include "chat/chat.h"
 
 /* ---- names --------------------------------------------------------------------- */
-static const char *const NAMES[KVANT_CHAT_N_TEMPLATES] = {
-    [KVANT_CHAT_PLAIN] = "plain",
-    [KVANT_CHAT_CHATML] = "chatml",
-    [KVANT_CHAT_QWEN2_5] = "qwen2.5",
-    [KVANT_CHAT_QWEN3] = "qwen3",
-    [KVANT_CHAT_QWEN3_NO_THINK] = "qwen3-no-think",
-    [KVANT_CHAT_LLAMA2] = "llama-2",
-    [KVANT_CHAT_LLAMA3] = "llama-3",
-    [KVANT_CHAT_LLAMA3_1] = "llama-3.1",
-    [KVANT_CHAT_LLAMA3_2] = "llama-3.2",
-    [KVANT_CHAT_GEMMA] = "gemma",
-    [KVANT_CHAT_PHI3] = "phi-3",
-    [KVANT_CHAT_PHI4_MINI] = "phi-4-mini",
-    [KVANT_CHAT_PHI4] = "phi-4",
-    [KVANT_CHAT_MISTRAL_V1] = "mistral-v1",
-    [KVANT_CHAT_MISTRAL_V3] = "mistral-v3",
-    [KVANT_CHAT_MISTRAL_V3_TEKKEN] = "mistral-v3-tekken",
-    [KVANT_CHAT_MISTRAL_V7] = "mistral-v7",
-    [KVANT_CHAT_MISTRAL_V7_TEKKEN] = "mistral-v7-tekken",
-    [KVANT_CHAT_ZEPHYR] = "zephyr",
+static const char *const NAMES[CHAT_N_TEMPLATES] = {
+    [CHAT_PLAIN] = "plain",
+    [CHAT_CHATML] = "chatml",
+    [CHAT_QWEN2_5] = "qwen2.5",
+    [CHAT_QWEN3] = "qwen3",
+    [CHAT_QWEN3_NO_THINK] = "qwen3-no-think",
+    [CHAT_LLAMA2] = "llama-2",
+    [CHAT_LLAMA3] = "llama-3",
+    [CHAT_LLAMA3_1] = "llama-3.1",
+    [CHAT_LLAMA3_2] = "llama-3.2",
+    [CHAT_GEMMA] = "gemma",
+    [CHAT_PHI3] = "phi-3",
+    [CHAT_PHI4_MINI] = "phi-4-mini",
+    [CHAT_PHI4] = "phi-4",
+    [CHAT_MISTRAL_V1] = "mistral-v1",
+    [CHAT_MISTRAL_V3] = "mistral-v3",
+    [CHAT_MISTRAL_V3_TEKKEN] = "mistral-v3-tekken",
+    [CHAT_MISTRAL_V7] = "mistral-v7",
+    [CHAT_MISTRAL_V7_TEKKEN] = "mistral-v7-tekken",
+    [CHAT_ZEPHYR] = "zephyr",
 };
 
 /* llama.cpp's names (llama-chat.cpp) and the family names people type */
 static const struct {
     const char *name;
-    kvant_chat_template t;
+    chat_template t;
 } ALIASES[] = {
-    {"llama2", KVANT_CHAT_LLAMA2},  {"llama3", KVANT_CHAT_LLAMA3},  {"llama3.1", KVANT_CHAT_LLAMA3_1},
-    {"llama3.2", KVANT_CHAT_LLAMA3_2}, {"phi3", KVANT_CHAT_PHI3},   {"phi4", KVANT_CHAT_PHI4},
-    {"gemma2", KVANT_CHAT_GEMMA},   {"gemma3", KVANT_CHAT_GEMMA},
+    {"llama2", CHAT_LLAMA2},  {"llama3", CHAT_LLAMA3},  {"llama3.1", CHAT_LLAMA3_1},
+    {"llama3.2", CHAT_LLAMA3_2}, {"phi3", CHAT_PHI3},   {"phi4", CHAT_PHI4},
+    {"gemma2", CHAT_GEMMA},   {"gemma3", CHAT_GEMMA},
 };
 
-const char *chat_name(kvant_chat_template t) {
-    return (int)t >= 0 && t < KVANT_CHAT_N_TEMPLATES ? NAMES[t] : "?";
+const char *chat_name(chat_template t) {
+    return (int)t >= 0 && t < CHAT_N_TEMPLATES ? NAMES[t] : "?";
 }
 
-bool chat_from_name(const char *name, kvant_chat_template *out) {
+bool chat_from_name(const char *name, chat_template *out) {
     if (!name) return false;
-    for (int i = 0; i < KVANT_CHAT_N_TEMPLATES; i++)
-        if (!strcmp(name, NAMES[i])) return *out = (kvant_chat_template)i, true;
+    for (int i = 0; i < CHAT_N_TEMPLATES; i++)
+        if (!strcmp(name, NAMES[i])) return *out = (chat_template)i, true;
     for (size_t i = 0; i < sizeof ALIASES / sizeof ALIASES[0]; i++)
         if (!strcmp(name, ALIASES[i].name)) return *out = ALIASES[i].t, true;
     return false;
@@ -63,38 +63,38 @@ const char *chat_names(void) { /* NAMES in order (test_chat checks every name is
 /* ---- detection ------------------------------------------------------------------ */
 static bool has(const char *t, const char *s) { return strstr(t, s) != NULL; }
 
-kvant_chat_template chat_detect(const char *t) {
-    kvant_chat_template named;
-    if (!t || !t[0]) return KVANT_CHAT_PLAIN;
+chat_template chat_detect(const char *t) {
+    chat_template named;
+    if (!t || !t[0]) return CHAT_PLAIN;
     if (chat_from_name(t, &named)) return named;
     if (has(t, "<|im_start|>")) {
-        if (has(t, "<|im_sep|>")) return KVANT_CHAT_PHI4;
+        if (has(t, "<|im_sep|>")) return CHAT_PHI4;
         /* Qwen2.5 injects its default system turn when there is none (Qwen2's
          * default, "You are a helpful assistant.", is not one kvant renders) */
-        if (has(t, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.")) return KVANT_CHAT_QWEN2_5;
-        if (has(t, "</think>")) return KVANT_CHAT_QWEN3; /* strips reasoning from earlier turns */
-        return KVANT_CHAT_CHATML;
+        if (has(t, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.")) return CHAT_QWEN2_5;
+        if (has(t, "</think>")) return CHAT_QWEN3; /* strips reasoning from earlier turns */
+        return CHAT_CHATML;
     }
     if (!strncmp(t, "mistral", 7) || has(t, "[INST]")) {
         if (has(t, "[SYSTEM_PROMPT]")) /* v7: Tekken (Mistral Small 3) has no space after [INST] */
-            return has(t, "'[INST]'") || has(t, "\"[INST]\"") ? KVANT_CHAT_MISTRAL_V7_TEKKEN : KVANT_CHAT_MISTRAL_V7;
+            return has(t, "'[INST]'") || has(t, "\"[INST]\"") ? CHAT_MISTRAL_V7_TEKKEN : CHAT_MISTRAL_V7;
         if (has(t, "' [INST] ' + system_message") || has(t, "[AVAILABLE_TOOLS]")) {
-            if (has(t, " [INST]")) return KVANT_CHAT_MISTRAL_V1;
-            if (has(t, "\"[INST]\"")) return KVANT_CHAT_MISTRAL_V3_TEKKEN;
-            return KVANT_CHAT_MISTRAL_V3;
+            if (has(t, " [INST]")) return CHAT_MISTRAL_V1;
+            if (has(t, "\"[INST]\"")) return CHAT_MISTRAL_V3_TEKKEN;
+            return CHAT_MISTRAL_V3;
         }
-        return KVANT_CHAT_LLAMA2; /* llama.cpp's llama2 variants */
+        return CHAT_LLAMA2; /* llama.cpp's llama2 variants */
     }
     if (has(t, "<|assistant|>") && has(t, "<|end|>")) /* Phi-4-mini: no newline after the role */
-        return has(t, "<|tool|>") || has(t, "'<|' + message['role'] + '|>' + message['content']") ? KVANT_CHAT_PHI4_MINI
-                                                                                               : KVANT_CHAT_PHI3;
-    if (has(t, "<|user|>")) return KVANT_CHAT_ZEPHYR;
-    if (has(t, "<start_of_turn>")) return KVANT_CHAT_GEMMA;
+        return has(t, "<|tool|>") || has(t, "'<|' + message['role'] + '|>' + message['content']") ? CHAT_PHI4_MINI
+                                                                                               : CHAT_PHI3;
+    if (has(t, "<|user|>")) return CHAT_ZEPHYR;
+    if (has(t, "<start_of_turn>")) return CHAT_GEMMA;
     if (has(t, "<|start_header_id|>") && has(t, "<|end_header_id|>")) {
-        if (!has(t, "Cutting Knowledge Date")) return KVANT_CHAT_LLAMA3;
-        return has(t, "strftime_now") ? KVANT_CHAT_LLAMA3_2 : KVANT_CHAT_LLAMA3_1;
+        if (!has(t, "Cutting Knowledge Date")) return CHAT_LLAMA3;
+        return has(t, "strftime_now") ? CHAT_LLAMA3_2 : CHAT_LLAMA3_1;
     }
-    return KVANT_CHAT_PLAIN;
+    return CHAT_PLAIN;
 }
 
 /* ---- text building ---------------------------------------------------------------- */
@@ -406,7 +406,7 @@ static void render_phi4(sbuf *b, const msg *m, int n, bool add) {
  * Mistral v3-Tekken (Nemo): as v3 without spaces, answers as they are.
  *   "<s>[INST]u[/INST]a</s>[INST]s\n\nu2[/INST]"
  * None has a generation prompt. */
-static void render_mistral(sbuf *b, const msg *in, int n, kvant_chat_template t) {
+static void render_mistral(sbuf *b, const msg *in, int n, chat_template t) {
     const char *sys;
     conv c;
     if (!fold_system(in, n, &sys, &c)) {
@@ -417,7 +417,7 @@ static void render_mistral(sbuf *b, const msg *in, int n, kvant_chat_template t)
     put(b, "<s>");
     for (int i = 0; i < c.n; i++) {
         const msg *m = &c.m[i];
-        if (t == KVANT_CHAT_MISTRAL_V1) {
+        if (t == CHAT_MISTRAL_V1) {
             if (m->role == R_USER) {
                 put(b, " [INST] ");
                 if (i == 0 && sys) put(b, sys), put(b, "\n\n");
@@ -426,7 +426,7 @@ static void render_mistral(sbuf *b, const msg *in, int n, kvant_chat_template t)
                 put(b, " "), put(b, m->text), put(b, "</s>");
             }
         } else {
-            const bool tekken = t == KVANT_CHAT_MISTRAL_V3_TEKKEN;
+            const bool tekken = t == CHAT_MISTRAL_V3_TEKKEN;
             if (m->role == R_USER) {
                 put(b, tekken ? "[INST]" : "[INST] ");
                 if (i == c.n - 1 && sys) put(b, sys), put(b, "\n\n");
@@ -464,9 +464,9 @@ static void render_zephyr(sbuf *b, const msg *m, int n, bool add) {
 }
 
 /* ---- entry ------------------------------------------------------------------------- */
-char *chat_render(kvant_chat_template t, const kvant_chat_msg *in, int n, bool add, const char *date,
+char *chat_render(chat_template t, const chat_msg *in, int n, bool add, const char *date,
                   kvant_status *st) {
-    if ((int)t < 0 || t >= KVANT_CHAT_N_TEMPLATES) {
+    if ((int)t < 0 || t >= CHAT_N_TEMPLATES) {
         core_fail(st, KVANT_ERR_ARG, "unknown chat template %d", (int)t);
         return NULL;
     }
@@ -496,7 +496,7 @@ char *chat_render(kvant_chat_template t, const kvant_chat_msg *in, int n, bool a
         m[i].text = in[i].content;
     }
     char today[32];
-    if (t == KVANT_CHAT_LLAMA3_2 && !date) {
+    if (t == CHAT_LLAMA3_2 && !date) {
         const time_t now = time(NULL);
         struct tm tm;
         if (!localtime_r(&now, &tm) || !strftime(today, sizeof today, "%d %b %Y", &tm))
@@ -506,25 +506,25 @@ char *chat_render(kvant_chat_template t, const kvant_chat_msg *in, int n, bool a
     sbuf b = {0};
     put(&b, "");
     switch (t) {
-    case KVANT_CHAT_PLAIN: render_plain(&b, m, n, add); break;
-    case KVANT_CHAT_CHATML: render_chatml(&b, m, n, add); break;
-    case KVANT_CHAT_QWEN2_5: render_qwen25(&b, m, n, add); break;
-    case KVANT_CHAT_QWEN3: render_qwen3(&b, m, n, add, false); break;
-    case KVANT_CHAT_QWEN3_NO_THINK: render_qwen3(&b, m, n, add, true); break;
-    case KVANT_CHAT_LLAMA2: render_llama2(&b, m, n, add); break;
-    case KVANT_CHAT_LLAMA3: render_llama3(&b, m, n, add); break;
-    case KVANT_CHAT_LLAMA3_1: render_llama31(&b, m, n, add, "26 Jul 2024"); break;
-    case KVANT_CHAT_LLAMA3_2: render_llama31(&b, m, n, add, date); break;
-    case KVANT_CHAT_GEMMA: render_gemma(&b, m, n, add); break;
-    case KVANT_CHAT_PHI3: render_phi3(&b, m, n, add); break;
-    case KVANT_CHAT_PHI4_MINI: render_phi4_mini(&b, m, n, add); break;
-    case KVANT_CHAT_PHI4: render_phi4(&b, m, n, add); break;
-    case KVANT_CHAT_MISTRAL_V1:
-    case KVANT_CHAT_MISTRAL_V3:
-    case KVANT_CHAT_MISTRAL_V3_TEKKEN: render_mistral(&b, m, n, t); break;
-    case KVANT_CHAT_MISTRAL_V7: render_mistral_v7(&b, m, n, false); break;
-    case KVANT_CHAT_MISTRAL_V7_TEKKEN: render_mistral_v7(&b, m, n, true); break;
-    case KVANT_CHAT_ZEPHYR: render_zephyr(&b, m, n, add); break;
+    case CHAT_PLAIN: render_plain(&b, m, n, add); break;
+    case CHAT_CHATML: render_chatml(&b, m, n, add); break;
+    case CHAT_QWEN2_5: render_qwen25(&b, m, n, add); break;
+    case CHAT_QWEN3: render_qwen3(&b, m, n, add, false); break;
+    case CHAT_QWEN3_NO_THINK: render_qwen3(&b, m, n, add, true); break;
+    case CHAT_LLAMA2: render_llama2(&b, m, n, add); break;
+    case CHAT_LLAMA3: render_llama3(&b, m, n, add); break;
+    case CHAT_LLAMA3_1: render_llama31(&b, m, n, add, "26 Jul 2024"); break;
+    case CHAT_LLAMA3_2: render_llama31(&b, m, n, add, date); break;
+    case CHAT_GEMMA: render_gemma(&b, m, n, add); break;
+    case CHAT_PHI3: render_phi3(&b, m, n, add); break;
+    case CHAT_PHI4_MINI: render_phi4_mini(&b, m, n, add); break;
+    case CHAT_PHI4: render_phi4(&b, m, n, add); break;
+    case CHAT_MISTRAL_V1:
+    case CHAT_MISTRAL_V3:
+    case CHAT_MISTRAL_V3_TEKKEN: render_mistral(&b, m, n, t); break;
+    case CHAT_MISTRAL_V7: render_mistral_v7(&b, m, n, false); break;
+    case CHAT_MISTRAL_V7_TEKKEN: render_mistral_v7(&b, m, n, true); break;
+    case CHAT_ZEPHYR: render_zephyr(&b, m, n, add); break;
     default: break;
     }
     free(m);

@@ -14,23 +14,39 @@
  * front of the next user message ("SYSTEM\n\nUSER"); none is an error.
  * Whitespace trimming (Jinja's trim / strip) removes ASCII whitespace only.
  *
- * The public names and types are in include/kvant.h ("chat templates");
+ * The public names and types are in include/kvant_infer.h ("chat templates");
  * prefix chat_. */
 #ifndef KVANT_CHAT_H
 #define KVANT_CHAT_H
 
 #include "core/core.h"
 
+/* The templates, in the order of include/kvant_infer.h's kvant_chat_template
+ * (api/chat.c checks that the two agree). */
+typedef enum {
+    CHAT_PLAIN = 0, CHAT_CHATML, CHAT_QWEN2_5, CHAT_QWEN3, CHAT_QWEN3_NO_THINK, CHAT_LLAMA2, CHAT_LLAMA3,
+    CHAT_LLAMA3_1, CHAT_LLAMA3_2, CHAT_GEMMA, CHAT_PHI3, CHAT_PHI4_MINI, CHAT_PHI4, CHAT_MISTRAL_V1,
+    CHAT_MISTRAL_V3, CHAT_MISTRAL_V3_TEKKEN, CHAT_MISTRAL_V7, CHAT_MISTRAL_V7_TEKKEN, CHAT_ZEPHYR,
+    CHAT_N_TEMPLATES
+} chat_template;
+
+/* One message: role "system", "user" or "assistant", UTF-8 content (the
+ * layout of kvant_chat_msg). */
+typedef struct {
+    const char *role;
+    const char *content;
+} chat_msg;
+
 /* The template a Jinja chat template text is, by its markers.  NULL, empty
- * or unrecognised: KVANT_CHAT_PLAIN.  A text that is exactly a template name
+ * or unrecognised: CHAT_PLAIN.  A text that is exactly a template name
  * ("chatml") is that template, as in llama.cpp. */
-kvant_chat_template chat_detect(const char *jinja);
+chat_template chat_detect(const char *jinja);
 
 /* The canonical name ("llama-3.1"); "?" for a value out of range. */
-const char *chat_name(kvant_chat_template t);
+const char *chat_name(chat_template t);
 /* By canonical name or by llama.cpp's name for it ("llama3", "phi3",
  * "gemma"...).  false when unknown. */
-bool chat_from_name(const char *name, kvant_chat_template *out);
+bool chat_from_name(const char *name, chat_template *out);
 /* Every canonical name, ", "-separated (a static string). */
 const char *chat_names(void);
 
@@ -39,7 +55,7 @@ const char *chat_names(void);
  * "assistant"; anything else (or a NULL role/content) is KVANT_ERR_ARG.
  * date: the "Today Date" of llama-3.2 ("01 Dec 2026"); NULL: today, local
  * time, as strftime_now("%d %b %Y") gives it.  NULL + st on failure. */
-char *chat_render(kvant_chat_template t, const kvant_chat_msg *msgs, int n, bool add_assistant,
+char *chat_render(chat_template t, const chat_msg *msgs, int n, bool add_assistant,
                   const char *date, kvant_status *st);
 
 #endif

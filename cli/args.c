@@ -21,7 +21,7 @@ const char *cli_str(cli_args *a) {
     return a->argv[++a->i];
 }
 
-static void bad_value(cli_args *a, const char *flag, const char *v, const char *why) {
+void cli_bad_value(cli_args *a, const char *flag, const char *v, const char *why) {
     fprintf(stderr, "%s: bad value '%s' for %s: %s\n", a->cmd, v, flag, why);
     a->error = true;
 }
@@ -32,11 +32,11 @@ int cli_int(cli_args *a, long lo, long hi) {
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if (errno || end == v || *end) { bad_value(a, flag, v, "expected an integer"); return 0; }
+    if (errno || end == v || *end) { cli_bad_value(a, flag, v, "expected an integer"); return 0; }
     if (x < lo || x > hi) {
         char why[96];
         snprintf(why, sizeof why, "must be in [%ld, %ld]", lo, hi);
-        bad_value(a, flag, v, why);
+        cli_bad_value(a, flag, v, why);
         return 0;
     }
     return (int)x;
@@ -48,11 +48,11 @@ float cli_float(cli_args *a, float lo, float hi) {
     char *end;
     errno = 0;
     float x = strtof(v, &end);
-    if (errno || end == v || *end || x != x) { bad_value(a, flag, v, "expected a number"); return 0; }
+    if (errno || end == v || *end || x != x) { cli_bad_value(a, flag, v, "expected a number"); return 0; }
     if (x < lo || x > hi) {
         char why[96];
         snprintf(why, sizeof why, "must be in [%g, %g]", lo, hi);
-        bad_value(a, flag, v, why);
+        cli_bad_value(a, flag, v, why);
         return 0;
     }
     return x;
@@ -64,7 +64,7 @@ uint64_t cli_u64(cli_args *a) {
     char *end;
     errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-') { bad_value(a, flag, v, "expected a non-negative integer"); return 0; }
+    if (errno || end == v || *end || v[0] == '-') { cli_bad_value(a, flag, v, "expected a non-negative integer"); return 0; }
     return x;
 }
 

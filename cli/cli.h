@@ -1,5 +1,5 @@
 /* cli/ - the kvant command line.  Only this folder may exit the process;
- * it uses nothing but the public API (include/kvant.h).
+ * it uses nothing but the public API (include/kvant*.h).
  * Exit codes: 0 success, 1 the work failed (bad model file, ...),
  * 2 usage errors (bad flag, missing file). */
 #ifndef KVANT_CLI_H
@@ -27,6 +27,8 @@ const char *cli_str(cli_args *a);
 int cli_int(cli_args *a, long lo, long hi);
 float cli_float(cli_args *a, float lo, float hi);
 uint64_t cli_u64(cli_args *a);
+/* prints "kvant run: bad value 'v' for --flag: why" and sets error */
+void cli_bad_value(cli_args *a, const char *flag, const char *v, const char *why);
 /* prints "kvant run: unknown option 'x' (see --help)" and sets error */
 void cli_unknown(cli_args *a);
 /* The whole file, NUL-terminated (malloc'd; *len = its bytes), or NULL
@@ -38,6 +40,29 @@ const char *cli_chat_template_file(const char *cmd, const char *path);
 /* says on stderr that cmd runs the built-in default model (no -m given;
  * kvant_model_open(NULL, ...) opens it) */
 void cli_note_builtin_model(const char *cmd);
+/* ---- the names of the library's enums (cli/choices.c) ---- */
+typedef struct {
+    const char *name;
+    int value;
+} cli_choice;  /* tables end with {NULL, 0}; the first entry is the default */
+extern const cli_choice cli_kv_types[], cli_attns[], cli_caches[], cli_stream_policies[], cli_int8_modes[],
+    cli_ptq_schemes[], cli_ptq_clips[], cli_ptq_fallbacks[], cli_prune_methods[], cli_prune_targets[],
+    cli_prune_formats[];
+/* name -> value (case-insensitive); false when the table has no such name */
+bool cli_choice_of(const cli_choice *tab, const char *name, int *out);
+/* the value after the flag at argv[i], by name; a bad one prints
+ * "bad value 'x' for --flag: one of a, b, c" and sets the error */
+int cli_choice_arg(cli_args *a, const cli_choice *tab);
+/* value -> its first name ("?" when none) */
+const char *cli_choice_name(const cli_choice *tab, int value);
+/* a file type by name ("Q4_K_M", case-insensitive); its list for messages */
+bool cli_ftype_of(const char *name, kvant_ftype *out);
+void cli_ftype_names(char *buf, size_t cap);
+/* PTQ granularity: "tensor", "channel", "group:G" or "gG" */
+bool cli_granularity_of(const char *s, kvant_ptq_granularity *g, int *group);
+/* pruning pattern: "unstructured" or "N:M" (1 <= N < M <= 64) */
+bool cli_pattern_of(const char *s, int *keep, int *group);
+
 /* exit code for a failed library call: 2 for unreadable files, else 1 */
 int cli_status_exit(const kvant_status *st);
 

@@ -24,7 +24,7 @@ static void batch_help(void) {
            "  -n, --n-gen N           decode steps per sequence (default 128)\n"
            "  -t, --threads N         threads (default: number of CPUs, %d here)\n"
            "  -b, --max-batch-tokens N  the engine's token budget per step (default 512)\n"
-           "      --kv-type T         f32, f16 (default, as llama.cpp) or q8_0\n"
+           "      --kv-type T         f16 (default, as llama.cpp), f32 or q8_0\n"
            "      --peer BIN          also run this llama-batched-bench binary with the same\n"
            "                          model, threads, -npp, -ntg, -npl (and -c 4096 -b 512\n"
            "                          -ub 512) and print its S_PP / S_TG beside kvant's\n"
@@ -162,7 +162,8 @@ static bool peer_row(FILE *f, int npl, double *spp, double *stg) {
 
 int cmd_bench_batch(int argc, char **argv) {
     cli_args a = {argc, 1, argv, "kvant bench-batch", false};
-    const char *path = NULL, *seqs = "1,4,16", *peer = NULL, *kv_type = "f16";
+    const char *path = NULL, *seqs = "1,4,16", *peer = NULL;
+    kvant_kv_type kv_type = KVANT_KV_F16;
     int np = 32, ng = 128, threads = 0, mbt = 512, inject = 0;
     double target_ms = 0, inject_at = 1000;
     for (; a.i < argc && !a.error; a.i++) {
@@ -173,7 +174,7 @@ int cmd_bench_batch(int argc, char **argv) {
         else if (cli_is(&a, "-n", "--n-gen")) ng = cli_int(&a, 1, 1 << 16);
         else if (cli_is(&a, "-t", "--threads")) threads = cli_int(&a, 1, 1024);
         else if (cli_is(&a, "-b", "--max-batch-tokens")) mbt = cli_int(&a, 1, 65536);
-        else if (cli_is(&a, "--kv-type", NULL)) kv_type = cli_str(&a);
+        else if (cli_is(&a, "--kv-type", NULL)) kv_type = (kvant_kv_type)cli_choice_arg(&a, cli_kv_types);
         else if (cli_is(&a, "--peer", NULL)) peer = cli_str(&a);
         else if (cli_is(&a, "--target-ms", NULL)) target_ms = cli_float(&a, 0, 1e6f);
         else if (cli_is(&a, "--inject", NULL)) inject = cli_int(&a, 1, 1 << 20);
@@ -215,7 +216,7 @@ int cmd_bench_batch(int argc, char **argv) {
     batch_time warm;
     if (inject > 0) { /* the chunked-prefill test: gaps with and without the long prompt */
         ep.max_seqs = max_n + 1;
-        printf("model: %s, %d threads, kv %s, max_batch_tokens %d, target step %.0f ms\n\n", path, nth, kv_type, mbt,
+        printf("model: %s, %d threads, kv %s, max_batch_tokens %d, target step %.0f ms\n\n", path, nth, cli_choice_name(cli_kv_types, kv_type), mbt,
                target_ms);
         printf("| streams | injected prompt | ITL median ms | ITL p99 ms | ITL max ms | largest step tokens | injected TTFT ms |\n");
         printf("|---------|-----------------|---------------|------------|------------|---------------------|------------------|\n");
@@ -236,7 +237,7 @@ int cmd_bench_batch(int argc, char **argv) {
     }
     ep.max_seqs = 4;
     if (!run_batch(m, &ep, 4, np < 8 ? np : 8, 8, 1, 0, 0, &warm)) rc = CLI_FAIL;
-    printf("model: %s, %d threads, kv %s, max_batch_tokens %d, %s kernels\n\n", path, nth, kv_type, mbt,
+    printf("model: %s, %d threads, kv %s, max_batch_tokens %d, %s kernels\n\n", path, nth, cli_choice_name(cli_kv_types, kv_type), mbt,
            kvant_kernel_tier());
     printf("|    PP |     TG |    B |  kvant S_PP t/s |  kvant S_TG t/s |%s\n", peer ? " llama.cpp S_PP t/s | llama.cpp S_TG t/s | TG ratio |" : "");
     printf("|-------|--------|------|-----------------|-----------------|%s\n", peer ? "--------------------|--------------------|----------|" : "");

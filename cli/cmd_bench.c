@@ -27,7 +27,7 @@ static void bench_help(void) {
            "  -r, --repetitions N  timed runs per test (default 5)\n"
            "      --attn A         flash (default) or naive\n"
            "      --kv K           paged (default) or contiguous\n"
-           "      --kv-type T      f32 (default), f16 or q8_0\n"
+           "      --kv-type T      f16 (default), f32 or q8_0\n"
            "      --kv-mem MiB     paged: block pool budget (default: sized for -p/-n)\n"
            "      --w8a8, --int8-mixed, --smoothquant ...  INT8 linear layers (kvant ppl --help)\n"
            "      --block-size N   paged: tokens per block (default 16)\n"
@@ -85,9 +85,9 @@ int cmd_bench(int argc, char **argv) {
         else if (cli_is(&a, "-t", "--threads")) threads = cli_int(&a, 1, 1024);
         else if (cli_is(&a, "-r", "--repetitions")) reps = cli_int(&a, 1, 1000);
         else if (cli_is(&a, "--json", NULL)) json = true;
-        else if (cli_is(&a, "--attn", NULL)) sp.attn = cli_str(&a);
-        else if (cli_is(&a, "--kv", NULL)) sp.kv = cli_str(&a);
-        else if (cli_is(&a, "--kv-type", NULL)) sp.kv_type = cli_str(&a);
+        else if (cli_is(&a, "--attn", NULL)) sp.attn = (kvant_attn)cli_choice_arg(&a, cli_attns);
+        else if (cli_is(&a, "--kv", NULL)) sp.kv = (kvant_cache)cli_choice_arg(&a, cli_caches);
+        else if (cli_is(&a, "--kv-type", NULL)) sp.kv_type = (kvant_kv_type)cli_choice_arg(&a, cli_kv_types);
         else if (cli_is(&a, "--kv-mem", NULL)) sp.kv_mem_mib = cli_float(&a, 0.001f, 1e7f);
         else if (cli_is(&a, "--block-size", NULL)) sp.block_size = cli_int(&a, 1, 4096);
         else if (cli_int8_flag(&a, &i8)) {}
@@ -147,7 +147,7 @@ int cmd_bench(int argc, char **argv) {
     }
     char model_desc[160];
     snprintf(model_desc, sizeof model_desc, "%s %s%s%s", in.name, main_type, q8 ? " " : "",
-             !q8 ? "" : i8.smooth ? "SmoothQuant-W8A8" : !strcmp(i8.p.mode, "mixed") ? "LLM.int8" : "W8A8");
+             !q8 ? "" : i8.smooth ? "SmoothQuant-W8A8" : i8.p.mode == KVANT_INT8_MIXED ? "LLM.int8" : "W8A8");
     if (!json) {
         printf("| model | size | params | backend | threads | test | t/s |\n");
         printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
@@ -178,7 +178,9 @@ int cmd_bench(int argc, char **argv) {
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    if (!json) printf("\npeak RSS %.1f MiB (attention %s, KV %s %s)\n", ru.ru_maxrss / 1024.0, sp.attn, sp.kv, sp.kv_type);
+    if (!json) printf("\npeak RSS %.1f MiB (attention %s, KV %s %s)\n", ru.ru_maxrss / 1024.0,
+                      cli_choice_name(cli_attns, sp.attn), cli_choice_name(cli_caches, sp.kv),
+                      cli_choice_name(cli_kv_types, sp.kv_type));
     rc = CLI_OK;
 done:
     free(ts);

@@ -151,7 +151,9 @@ static void print_json(FILE *f, const cliff_row *rows, int n, const char *model,
 
 int cmd_cliff(int argc, char **argv) {
     cli_args a = {argc, 1, argv, "kvant cliff", false};
-    const char *model = NULL, *text_path = NULL, *dir = "cliff-out", *clip = "mse", *calib = NULL, *fallback = NULL;
+    const char *model = NULL, *text_path = NULL, *dir = "cliff-out", *calib = NULL;
+    kvant_ptq_clip clip_v = KVANT_PTQ_CLIP_MSE;
+    kvant_ptq_fallback fallback = KVANT_PTQ_FALLBACK_CHANNEL;
     char bits_s[64] = "8,6,5,4,3,2", schemes_s[64] = "absmax,zeropoint",
          grans_s[128] = "tensor,channel,group:32,group:64,group:128";
     int n_ctx = 512, n_chunks = 0, n_threads = 0;
@@ -164,9 +166,9 @@ int cmd_cliff(int argc, char **argv) {
         else if (cli_is(&a, "-c", "--ctx")) n_ctx = cli_int(&a, 8, 1 << 20);
         else if (cli_is(&a, "--chunks", NULL)) n_chunks = cli_int(&a, 1, 1 << 30);
         else if (cli_is(&a, "-o", "--out-dir")) dir = cli_str(&a);
-        else if (cli_is(&a, "--clip", NULL)) clip = cli_str(&a);
+        else if (cli_is(&a, "--clip", NULL)) clip_v = (kvant_ptq_clip)cli_choice_arg(&a, cli_ptq_clips);
         else if (cli_is(&a, "--calib", NULL)) calib = cli_str(&a);
-        else if (cli_is(&a, "--fallback", NULL)) fallback = cli_str(&a);
+        else if (cli_is(&a, "--fallback", NULL)) fallback = (kvant_ptq_fallback)cli_choice_arg(&a, cli_ptq_fallbacks);
         else if (cli_is(&a, "--bits", NULL)) { const char *v = cli_str(&a); if (v) snprintf(bits_s, sizeof bits_s, "%s", v); }
         else if (cli_is(&a, "--schemes", NULL)) { const char *v = cli_str(&a); if (v) snprintf(schemes_s, sizeof schemes_s, "%s", v); }
         else if (cli_is(&a, "--grans", NULL)) { const char *v = cli_str(&a); if (v) snprintf(grans_s, sizeof grans_s, "%s", v); }
@@ -178,6 +180,7 @@ int cmd_cliff(int argc, char **argv) {
         else cli_unknown(&a);
     }
     if (a.error) return CLI_USAGE;
+    const char *clip = cli_choice_name(cli_ptq_clips, clip_v);
     if (!model || !text_path) { fprintf(stderr, "kvant cliff: -m MODEL and -f TEXT are required (see --help)\n"); return CLI_USAGE; }
     if (access(model, R_OK) || access(text_path, R_OK)) {
         fprintf(stderr, "kvant cliff: cannot open %s\n", access(model, R_OK) ? model : text_path);
@@ -185,6 +188,22 @@ int cmd_cliff(int argc, char **argv) {
     }
     const char *bits_l[8], *schemes_l[4], *grans_l[8];
     const int nb = split(bits_s, bits_l, 8), ns = split(schemes_s, schemes_l, 4), ng = split(grans_s, grans_l, 8);
+    kvant_ptq_scheme schemes_v[4];
+    kvant_ptq_granularity grans_v[8];
+    int groups_v[8];
+    for (int i = 0; i < ns; i++) {
+        int v;
+        if (!cli_choice_of(cli_ptq_schemes, schemes_l[i], &v)) {
+            fprintf(stderr, "kvant cliff: unknown scheme '%s' in --schemes (absmax, zeropoint)\n", schemes_l[i]);
+            return CLI_USAGE;
+        }
+        schemes_v[i] = (kvant_ptq_scheme)v;
+    }
+    for (int i = 0; i < ng; i++)
+        if (!cli_granularity_of(grans_l[i], &grans_v[i], &groups_v[i])) {
+            fprintf(stderr, "kvant cliff: bad granularity '%s' in --grans (tensor, channel, group:G)\n", grans_l[i]);
+            return CLI_USAGE;
+        }
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) { fprintf(stderr, "kvant cliff: cannot create %s\n", dir); return CLI_FAIL; }
 
     size_t len = 0;
@@ -219,7 +238,8 @@ int cmd_cliff(int argc, char **argv) {
         snprintf(r->family, sizeof r->family, "llama.cpp");
         char out[1024];
         snprintf(out, sizeof out, "%s/llama-%s.gguf", dir, k_llama[i]);
-        kvant_quantize_params qp = {.type = k_llama[i], .n_threads = n_threads, .quiet = true};
+        kvant_quantize_params qp = {.n_threads = n_threads, .quiet = true};
+        if (!cli_ftype_of(k_llama[i], &qp.type)) continue; /* every one of them is in kvant's list */
         if (kvant_quantize(model, out, &qp, &st)) { fprintf(stderr, "kvant cliff: %s: %s\n", k_llama[i], st.msg); continue; }
         measure(out, base, text, len, &pp, n_threads, r);
         fprintf(stderr, "[%3d/%3d] %-16s %6.3f bpw  PPL %.4f  KL %.5f\n", n, cap - 8 + (llama ? 6 : 0), r->name, r->bpw, r->ppl, r->kl_mean);
@@ -233,13 +253,14 @@ int cmd_cliff(int argc, char **argv) {
                 r->bits = atoi(bits_l[bi]);
                 const char *g = grans_l[gi];
                 const char *gs = !strncmp(g, "group:", 6) ? g + 6 : g;
-                const bool zp = !strncmp(schemes_l[si], "z", 1);
+                const bool zp = schemes_v[si] == KVANT_PTQ_ZEROPOINT;
                 snprintf(r->name, sizeof r->name, "%s%d-%s%s", zp ? "zp" : "absmax", r->bits,
                          !strncmp(g, "group:", 6) ? "g" : "", gs);
                 snprintf(r->family, sizeof r->family, "%s %s%s", zp ? "zp" : "absmax", !strncmp(g, "group:", 6) ? "g" : "", gs);
                 char out[1024];
                 snprintf(out, sizeof out, "%s/ptq-%s.gguf", dir, r->name);
-                kvant_ptq_params qp = {.scheme = schemes_l[si], .granularity = g, .bits = r->bits, .clip = clip,
+                kvant_ptq_params qp = {.scheme = schemes_v[si], .granularity = grans_v[gi], .group = groups_v[gi],
+                                       .bits = r->bits, .clip = clip_v,
                                        .calib_path = calib, .gptq = gptq && calib, .fallback = fallback,
                                        .tensor_bits = tensor_bits, .n_threads = n_threads, .quiet = true};
                 if (kvant_ptq_quantize(model, out, &qp, NULL, &st)) { fprintf(stderr, "kvant cliff: %s: %s\n", r->name, st.msg); continue; }

@@ -124,16 +124,18 @@ int cmd_info(int argc, char **argv) {
         }
     }
 
-    /* KV cache from the formula; kvant's cache holds F32 */
-    const long long per_tok_f32 = 2LL * in.n_layers * in.n_kv_heads * in.head_dim * 4;
+    /* KV cache from the formula, in the default type (F16) and the others */
+    const long long per_tok = 2LL * in.n_layers * in.n_kv_heads * in.head_dim * 2;
     printf("\nKV cache (2 x layers x kv_heads x head_dim x bytes):\n");
-    printf("  per token (F32, kvant): 2 x %d x %d x %d x 4 = %lld bytes\n", in.n_layers, in.n_kv_heads, in.head_dim,
-           per_tok_f32);
-    printf("  full context %d:     %lld bytes (", in.n_ctx_train, per_tok_f32 * in.n_ctx_train);
-    print_bytes((double)(per_tok_f32 * in.n_ctx_train));
+    printf("  per token (F16, the default): 2 x %d x %d x %d x 2 = %lld bytes\n", in.n_layers, in.n_kv_heads,
+           in.head_dim, per_tok);
+    printf("  full context %d:     %lld bytes (", in.n_ctx_train, per_tok * in.n_ctx_train);
+    print_bytes((double)(per_tok * in.n_ctx_train));
     printf(")\n");
-    printf("  per token (F16):        %lld bytes; full context %lld bytes\n", per_tok_f32 / 2,
-           per_tok_f32 / 2 * in.n_ctx_train);
+    printf("  per token (F32):        %lld bytes; full context %lld bytes\n", per_tok * 2, per_tok * 2 * in.n_ctx_train);
+    if (in.head_dim % 32 == 0) /* Q8_0: 34 bytes per 32 values */
+        printf("  per token (Q8_0):       %lld bytes; full context %lld bytes\n", per_tok / 2 * 34 / 32,
+               per_tok / 2 * 34 / 32 * in.n_ctx_train);
     kvant_model_free(m);
     return CLI_OK;
 }

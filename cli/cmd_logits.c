@@ -21,7 +21,7 @@ static void logits_help(void) {
            "  -p, --prompt TEXT      text to tokenize instead (BOS added when the vocabulary says so)\n"
            "  -o, --output FILE      where to write the logits (required)\n"
            "      --attn flash|naive attention kernel (default flash; naive is the reference)\n"
-           "      --kv-type T        f32 (default), f16 or q8_0\n"
+           "      --kv-type T        f16 (default), f32 or q8_0 (f32 to compare with F32 references)\n"
            "  -t, --threads N        threads (default: all CPUs)\n"
            "  -h, --help             this text\n");
 }
@@ -58,7 +58,8 @@ static int parse_ids(const char *s, int32_t **out) {
 int cmd_logits(int argc, char **argv) {
     cli_args a = {argc, 1, argv, "kvant logits", false};
     const char *path = NULL, *tokenizer = NULL, *ids_arg = NULL, *prompt = NULL, *out_path = NULL;
-    const char *attn = "flash", *kv_type = "f32";
+    kvant_attn attn = KVANT_ATTN_FLASH;
+    kvant_kv_type kv_type = KVANT_KV_F16;
     int threads = 0;
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) { logits_help(); return CLI_OK; }
@@ -67,8 +68,8 @@ int cmd_logits(int argc, char **argv) {
         else if (cli_is(&a, "--ids", NULL)) ids_arg = cli_str(&a);
         else if (cli_is(&a, "-p", "--prompt")) prompt = cli_str(&a);
         else if (cli_is(&a, "-o", "--output")) out_path = cli_str(&a);
-        else if (cli_is(&a, "--attn", NULL)) attn = cli_str(&a);
-        else if (cli_is(&a, "--kv-type", NULL)) kv_type = cli_str(&a);
+        else if (cli_is(&a, "--attn", NULL)) attn = (kvant_attn)cli_choice_arg(&a, cli_attns);
+        else if (cli_is(&a, "--kv-type", NULL)) kv_type = (kvant_kv_type)cli_choice_arg(&a, cli_kv_types);
         else if (cli_is(&a, "-t", "--threads")) threads = cli_int(&a, 1, 1024);
         else cli_unknown(&a);
     }

@@ -134,11 +134,11 @@ int cmd_outliers(int argc, char **argv) {
         fprintf(stderr, "kvant outliers: -m MODEL and --calib TEXT are required (see --help)\n");
         return CLI_USAGE;
     }
-    if (i8.mixed || i8.w8a8 || (i8.mode && strcmp(i8.mode, "f32"))) {
+    if (i8.mixed || i8.w8a8 || (i8.mode_set && i8.mode != KVANT_INT8_NONE)) {
         fprintf(stderr, "kvant outliers: measures F32 activations; --int8-mixed/--w8a8/--int8-mode do not apply\n");
         return CLI_USAGE;
     }
-    i8.mode = "f32";
+    i8.mode = KVANT_INT8_NONE, i8.mode_set = true;
     i8.any = i8.smooth || i8.p.n_inject > 0; /* --calib alone is the text to measure */
     size_t n = 0;
     char *text = cli_read_file(i8.calib_path, &n);

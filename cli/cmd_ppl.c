@@ -26,7 +26,7 @@ static void ppl_help(void) {
            "                       perplexity ratio MODEL / BASE\n"
            "  -t, --threads N      threads (default: all CPUs)\n"
            "      --attn A         flash (default) or naive\n"
-           "      --kv-type T      KV cache of the evaluated model: f32 (default), f16, q8_0\n"
+           "      --kv-type T      KV cache of the evaluated model: f16 (default), f32, q8_0\n"
            "      --json           print the result as one JSON object\n");
     cli_int8_help();
 }
@@ -67,8 +67,8 @@ int cmd_ppl(int argc, char **argv) {
         else if (cli_is(&a, "--kl-base", NULL)) base_path = cli_str(&a);
         else if (cli_is(&a, "-t", "--threads")) threads = cli_int(&a, 1, 1024);
         else if (cli_is(&a, "--json", NULL)) json = true;
-        else if (cli_is(&a, "--attn", NULL)) p.attn = cli_str(&a);
-        else if (cli_is(&a, "--kv-type", NULL)) p.kv_type = cli_str(&a);
+        else if (cli_is(&a, "--attn", NULL)) p.attn = (kvant_attn)cli_choice_arg(&a, cli_attns);
+        else if (cli_is(&a, "--kv-type", NULL)) p.kv_type = (kvant_kv_type)cli_choice_arg(&a, cli_kv_types);
         else if (cli_int8_flag(&a, &i8)) {}
         else cli_unknown(&a);
     }
@@ -126,7 +126,7 @@ int cmd_ppl(int argc, char **argv) {
             kvant_int8_get_stats(q8, &qs);
             printf(", \"int8_mode\": \"%s\", \"smoothquant\": %s, \"alpha\": %.3f, \"threshold\": %.3f, "
                    "\"outlier_cols_per_matmul\": %.4f",
-                   i8.p.mode, i8.smooth ? "true" : "false", i8.p.alpha, i8.p.threshold,
+                   cli_choice_name(cli_int8_modes, i8.p.mode), i8.smooth ? "true" : "false", i8.p.alpha, i8.p.threshold,
                    qs.matmuls ? (double)qs.outlier_cols / (double)qs.matmuls : 0.0);
         }
         if (r.has_kl)
@@ -142,7 +142,7 @@ int cmd_ppl(int argc, char **argv) {
         if (q8) {
             kvant_int8_stats qs;
             kvant_int8_get_stats(q8, &qs);
-            if (!strcmp(i8.p.mode, "mixed"))
+            if (i8.p.mode == KVANT_INT8_MIXED)
                 printf("LLM.int8: %.3f outlier columns per matmul on average (%lld matmuls)\n",
                        qs.matmuls ? (double)qs.outlier_cols / (double)qs.matmuls : 0.0, (long long)qs.matmuls);
         }

@@ -96,19 +96,24 @@ int cmd_prune(int argc, char **argv) {
     const char *pos[2] = {0};
     int npos = 0;
     kvant_prune_params p = {.sparsity = 0.5f};
+    bool method_set = false;
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) { prune_help(); return CLI_OK; }
-        else if (cli_is(&a, "--method", NULL)) p.method = cli_str(&a);
+        else if (cli_is(&a, "--method", NULL)) p.method = (kvant_prune_method)cli_choice_arg(&a, cli_prune_methods), method_set = true;
         else if (cli_is(&a, "--sparsity", NULL)) p.sparsity = cli_float(&a, 0.0f, 0.999f);
-        else if (cli_is(&a, "--pattern", NULL)) p.pattern = cli_str(&a);
+        else if (cli_is(&a, "--pattern", NULL)) {
+            const char *v = cli_str(&a);
+            if (v && !cli_pattern_of(v, &p.nm_keep, &p.nm_group))
+                cli_bad_value(&a, "--pattern", v, "unstructured, 2:4, 4:8 or N:M with 1 <= N < M <= 64");
+        }
         else if (cli_is(&a, "--layerwise", NULL)) p.layerwise = true;
         else if (cli_is(&a, "--calib", NULL)) p.calib_path = cli_str(&a);
         else if (cli_is(&a, "--calib-tokens", NULL)) p.calib_tokens = cli_int(&a, 1, 1 << 26);
         else if (cli_is(&a, "--calib-ctx", NULL)) p.calib_ctx = cli_int(&a, 2, 1 << 16);
         else if (cli_is(&a, "--sequential", NULL)) p.sequential = true;
         else if (cli_is(&a, "--block", NULL)) p.block = cli_int(&a, 1, 1 << 16);
-        else if (cli_is(&a, "--target", NULL)) p.target = cli_str(&a);
-        else if (cli_is(&a, "--format", NULL)) p.format = cli_str(&a);
+        else if (cli_is(&a, "--target", NULL)) p.target = (kvant_prune_target)cli_choice_arg(&a, cli_prune_targets);
+        else if (cli_is(&a, "--format", NULL)) p.format = (kvant_prune_format)cli_choice_arg(&a, cli_prune_formats);
         else if (cli_is(&a, "-t", "--threads")) p.n_threads = cli_int(&a, 1, 1024);
         else if (cli_is(&a, "-q", "--quiet")) p.quiet = true;
         else if (argv[a.i][0] == '-' && argv[a.i][1]) cli_unknown(&a);
@@ -116,7 +121,7 @@ int cmd_prune(int argc, char **argv) {
         else { fprintf(stderr, "kvant prune: too many arguments (see --help)\n"); return CLI_USAGE; }
     }
     if (a.error) return CLI_USAGE;
-    if (npos != 2 || !p.method) {
+    if (npos != 2 || !method_set) {
         fprintf(stderr, "kvant prune: expected IN OUT --method M (see --help)\n");
         return CLI_USAGE;
     }

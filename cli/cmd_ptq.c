@@ -46,14 +46,19 @@ int cmd_ptq_quantize(int argc, char **argv) {
     const char *pos[2] = {0};
     int npos = 0;
     kvant_ptq_params p = {0};
+    bool scheme_set = false;
     for (; a.i < argc && !a.error; a.i++) {
-        if (cli_is(&a, "--scheme", NULL)) p.scheme = cli_str(&a);
-        else if (cli_is(&a, "--granularity", NULL)) p.granularity = cli_str(&a);
+        if (cli_is(&a, "--scheme", NULL)) p.scheme = (kvant_ptq_scheme)cli_choice_arg(&a, cli_ptq_schemes), scheme_set = true;
+        else if (cli_is(&a, "--granularity", NULL)) {
+            const char *v = cli_str(&a);
+            if (v && !cli_granularity_of(v, &p.granularity, &p.group))
+                cli_bad_value(&a, "--granularity", v, "tensor, channel or group:G");
+        }
         else if (cli_is(&a, "--bits", NULL)) p.bits = cli_int(&a, 2, 8);
-        else if (cli_is(&a, "--clip", NULL)) p.clip = cli_str(&a);
+        else if (cli_is(&a, "--clip", NULL)) p.clip = (kvant_ptq_clip)cli_choice_arg(&a, cli_ptq_clips);
         else if (cli_is(&a, "--calib", NULL)) p.calib_path = cli_str(&a);
         else if (cli_is(&a, "--calib-tokens", NULL)) p.calib_tokens = cli_int(&a, 1, 1 << 24);
-        else if (cli_is(&a, "--fallback", NULL)) p.fallback = cli_str(&a);
+        else if (cli_is(&a, "--fallback", NULL)) p.fallback = (kvant_ptq_fallback)cli_choice_arg(&a, cli_ptq_fallbacks);
         else if (cli_is(&a, "--gptq", NULL)) p.gptq = true;
         else if (cli_is(&a, "--keep", NULL)) p.keep = cli_str(&a);
         else if (cli_is(&a, "--tensor-bits", NULL)) p.tensor_bits = cli_str(&a);
@@ -64,7 +69,7 @@ int cmd_ptq_quantize(int argc, char **argv) {
         else { fprintf(stderr, "kvant quantize: too many arguments (PTQ form: IN OUT --scheme ... --bits ...)\n"); return CLI_USAGE; }
     }
     if (a.error) return CLI_USAGE;
-    if (npos != 2 || !p.scheme || !p.bits) {
+    if (npos != 2 || !scheme_set || !p.bits) {
         fprintf(stderr, "kvant quantize: PTQ form needs IN OUT --scheme S --bits B (see --help)\n");
         return CLI_USAGE;
     }

@@ -41,7 +41,7 @@ static void run_help(void) {
            "      --no-cache         recompute the whole prefix for every token (no KV cache)\n"
            "      --attn A           attention kernel: flash (default) or naive (the reference)\n"
            "      --kv K             KV cache: paged (default) or contiguous (the reference)\n"
-           "      --kv-type T        KV cache element type: f32 (default), f16, q8_0\n"
+           "      --kv-type T        KV cache element type: f16 (default), f32, q8_0\n"
            "      --kv-mem MiB       paged: size the block pool from this budget (default: the context)\n"
            "      --block-size N     paged: tokens per block (default 16)\n"
            "      --sink N           StreamingLLM: keep the first N tokens (attention sinks) ...\n"
@@ -93,9 +93,9 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (cli_is(&a, "--no-cache", NULL)) o->no_cache = true;
         else if (cli_is(&a, "--ignore-eos", NULL)) o->ignore_eos = true;
         else if (cli_is(&a, "--report-every", NULL)) o->report_every = cli_int(&a, 1, 1 << 30);
-        else if (cli_is(&a, "--attn", NULL)) o->seq.attn = cli_str(&a);
-        else if (cli_is(&a, "--kv", NULL)) o->seq.kv = cli_str(&a);
-        else if (cli_is(&a, "--kv-type", NULL)) o->seq.kv_type = cli_str(&a);
+        else if (cli_is(&a, "--attn", NULL)) o->seq.attn = (kvant_attn)cli_choice_arg(&a, cli_attns);
+        else if (cli_is(&a, "--kv", NULL)) o->seq.kv = (kvant_cache)cli_choice_arg(&a, cli_caches);
+        else if (cli_is(&a, "--kv-type", NULL)) o->seq.kv_type = (kvant_kv_type)cli_choice_arg(&a, cli_kv_types);
         else if (cli_is(&a, "--kv-mem", NULL)) o->seq.kv_mem_mib = cli_float(&a, 0.001f, 1e7f);
         else if (cli_is(&a, "--block-size", NULL)) o->seq.block_size = cli_int(&a, 1, 4096);
         else if (cli_is(&a, "--sink", NULL)) o->seq.sink = cli_int(&a, 0, 1 << 20);
@@ -156,8 +156,8 @@ static void print_stats(const run_opts *o, const run_stats *s) {
                         "blocks older than the window are given back\n",
                 (long long)s->kv.swa_blocks_used, (long long)s->kv.swa_blocks_total, s->kv.swa_bytes_used / 1048576.0,
                 s->kv.swa_bytes_total / 1048576.0);
-    fprintf(stderr, "KV cache:          %s, %s, %s attention", o->seq.window ? "streaming" : o->seq.kv,
-            o->seq.kv_type, o->seq.attn);
+    fprintf(stderr, "KV cache:          %s, %s, %s attention", o->seq.window ? "streaming" : cli_choice_name(cli_caches, o->seq.kv),
+            cli_choice_name(cli_kv_types, o->seq.kv_type), cli_choice_name(cli_attns, o->seq.attn));
     if (o->seq.window) fprintf(stderr, ", sink %d + window %d, %lld tokens evicted", o->seq.sink, o->seq.window,
                                (long long)s->evicted);
     fprintf(stderr, "\n");

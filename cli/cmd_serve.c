@@ -55,9 +55,9 @@ int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *tokenizer = NULL;
     srv_params p = {.port = 8080, .log_requests = true};
     p.engine = kvant_engine_default();
-    /* F16, as llama-server: half the KV memory, and flash attention reads it in
-     * place, so decode batches run faster than from F32 (bench-batch, 16-32 seqs) */
-    p.engine.kv_type = "f16";
+    /* the KV cache is the library's default, F16 as llama-server: half the KV
+     * memory, and flash attention reads it in place, so decode batches run
+     * faster than from F32 (bench-batch, 16-32 seqs) */
     /* prompt chunks sized so a step stays near 200 ms: 32 streaming clients on
      * stories110M Q8_0 keep ~95% of the throughput with a third of the ITL p99 */
     p.engine.target_step_ms = 200;
@@ -77,7 +77,7 @@ int cmd_serve(int argc, char **argv) {
         else if (cli_is(&a, "--max-batch-tokens", NULL)) p.engine.max_batch_tokens = cli_int(&a, 1, 1 << 16);
         else if (cli_is(&a, "--target-step-ms", NULL)) p.engine.target_step_ms = cli_float(&a, 0, 1e5);
         else if (cli_is(&a, "--kv-mem", NULL)) p.engine.kv_mem_mib = cli_float(&a, 0.001f, 1e7);
-        else if (cli_is(&a, "--kv-type", NULL)) p.engine.kv_type = cli_str(&a);
+        else if (cli_is(&a, "--kv-type", NULL)) p.engine.kv_type = (kvant_kv_type)cli_choice_arg(&a, cli_kv_types);
         else if (cli_is(&a, "--block-size", NULL)) p.engine.block_size = cli_int(&a, 1, 4096);
         else if (cli_is(&a, "-c", "--ctx")) p.engine.max_ctx = cli_int(&a, 1, 1 << 24);
         else if (cli_is(&a, "--no-prefix-cache", NULL)) p.engine.prefix_cache = false;

@@ -33,13 +33,14 @@ static void progress(void *user, int done, int total, double ppl) {
 int cmd_stream_ppl(int argc, char **argv) {
     cli_args a = {argc, 1, argv, "kvant stream-ppl", false};
     const char *path = NULL, *file = NULL, *dump = NULL;
-    kvant_stream_params p = {.policy = NULL};
+    kvant_stream_params p = {.policy = KVANT_STREAM_FULL};
+    bool policy_set = false;
     int threads = 0, repeat = 1;
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) { stream_help(); return CLI_OK; }
         else if (cli_is(&a, "-m", "--model")) path = cli_str(&a);
         else if (cli_is(&a, "-f", "--file")) file = cli_str(&a);
-        else if (cli_is(&a, "--policy", NULL)) p.policy = cli_str(&a);
+        else if (cli_is(&a, "--policy", NULL)) p.policy = (kvant_stream_policy)cli_choice_arg(&a, cli_stream_policies), policy_set = true;
         else if (cli_is(&a, "--sink", NULL)) p.sink = cli_int(&a, 0, 1 << 20);
         else if (cli_is(&a, "--window", NULL)) p.window = cli_int(&a, 1, 1 << 22);
         else if (cli_is(&a, "--max-tokens", NULL)) p.max_tokens = cli_int(&a, 1, 1 << 30);
@@ -49,7 +50,7 @@ int cmd_stream_ppl(int argc, char **argv) {
         else cli_unknown(&a);
     }
     if (a.error) return CLI_USAGE;
-    if (!path || !file || !p.policy) {
+    if (!path || !file || !policy_set) {
         fprintf(stderr, "kvant stream-ppl: -m, -f and --policy are required (see --help)\n");
         return CLI_USAGE;
     }
@@ -81,7 +82,7 @@ int cmd_stream_ppl(int argc, char **argv) {
         rc = st.code == KVANT_ERR_ARG ? CLI_USAGE : CLI_FAIL;
     } else {
         printf("policy %s (sink %d, window %d): PPL %.4f over %lld tokens, %.1f tokens/s, KV %zu bytes at the end\n",
-               p.policy, p.sink, p.window, r.ppl, (long long)r.n_scored, r.tokens_per_s, r.kv_bytes);
+               cli_choice_name(cli_stream_policies, p.policy), p.sink, p.window, r.ppl, (long long)r.n_scored, r.tokens_per_s, r.kv_bytes);
         if (dump) {
             FILE *f = fopen(dump, "w");
             if (f) {
@@ -145,7 +146,7 @@ int cmd_attn_stats(int argc, char **argv) {
     int32_t *toks = kvant_tokenize_all(m, text, n, true, &nt, &st);
     kvant_seq_params sp = kvant_seq_default();
     sp.n_ctx = c;
-    sp.attn = "naive";
+    sp.attn = KVANT_ATTN_NAIVE;
     sp.sink_stats = first;
     kvant_seq *s = kvant_seq_new_ex(m, &sp, &st);
     int rc = CLI_FAIL, done = 0;

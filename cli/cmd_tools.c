@@ -7,7 +7,9 @@
 #include "cli/cli.h"
 
 static void list_types(FILE *f) {
-    for (int i = 0; kvant_quant_type(i); i++) fprintf(f, "%s%s", i ? " " : "", kvant_quant_type(i));
+    char names[512];
+    cli_ftype_names(names, sizeof names);
+    fputs(names, f);
 }
 
 static void synth_help(void) {
@@ -36,12 +38,17 @@ static void synth_help(void) {
 
 int cmd_synth(int argc, char **argv) {
     cli_args a = {argc, 1, argv, "kvant synth", false};
-    kvant_synth_params p = {.seed = 42, .type = "F32"};
+    kvant_synth_params p = {.seed = 42, .type = KVANT_FTYPE_F32};
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) { synth_help(); return CLI_OK; }
         else if (cli_is(&a, "--shape", NULL)) p.shape = cli_str(&a);
         else if (cli_is(&a, "-o", "--output")) p.out_path = cli_str(&a);
-        else if (cli_is(&a, "--type", NULL)) p.type = cli_str(&a);
+        else if (cli_is(&a, "--type", NULL)) {
+            const char *v = cli_str(&a);
+            char names[512];
+            cli_ftype_names(names, sizeof names);
+            if (v && !cli_ftype_of(v, &p.type)) cli_bad_value(&a, "--type", v, names);
+        }
         else if (cli_is(&a, "--pure", NULL)) p.pure = true;
         else if (cli_is(&a, "--seed", NULL)) p.seed = cli_u64(&a);
         else if (cli_is(&a, "--ctx", NULL)) p.n_ctx = cli_int(&a, 16, 1 << 22);
@@ -105,15 +112,12 @@ int cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "kvant quantize: cannot open %s\n", pos[0]);
         return CLI_USAGE;
     }
-    bool known = false;
-    for (int i = 0; kvant_quant_type(i); i++) known |= !strcasecmp(kvant_quant_type(i), pos[2]);
-    if (!known) {
+    if (!cli_ftype_of(pos[2], &p.type)) {
         fprintf(stderr, "kvant quantize: unknown type '%s'; one of: ", pos[2]);
         list_types(stderr);
         fprintf(stderr, "\n");
         return CLI_USAGE;
     }
-    p.type = pos[2];
     kvant_status st;
     if (kvant_quantize(pos[0], pos[1], &p, &st)) {
         fprintf(stderr, "kvant quantize: %s\n", st.msg);

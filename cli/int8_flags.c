@@ -48,7 +48,7 @@ bool cli_int8_flag(cli_args *a, cli_int8 *o) {
     else if (cli_is(a, "--calib", NULL)) o->calib_path = cli_str(a);
     else if (cli_is(a, "--calib-skip", NULL)) o->calib_skip = cli_int(a, 0, 1 << 30);
     else if (cli_is(a, "--calib-tokens", NULL)) o->p.calib_tokens = cli_int(a, 1, 1 << 24);
-    else if (cli_is(a, "--int8-mode", NULL)) o->mode = cli_str(a);
+    else if (cli_is(a, "--int8-mode", NULL)) o->mode = (kvant_int8_mode)cli_choice_arg(a, cli_int8_modes), o->mode_set = true;
     else if (cli_is(a, "--inject-scale", NULL)) o->p.inject_scale = cli_float(a, 1e-6f, 1e6f);
     else if (cli_is(a, "--inject-outliers", NULL)) {
         const char *v = cli_str(a);
@@ -80,7 +80,7 @@ int cli_int8_build(cli_int8 *o, kvant_model *m, const char *cmd, kvant_int8 **ou
     *out = NULL;
     if (!o->any) return CLI_OK;
     o->p.smooth = o->smooth;
-    o->p.mode = o->mode ? o->mode : o->mixed ? "mixed" : (o->w8a8 || o->smooth) ? "w8a8" : "f32";
+    o->p.mode = o->mode_set ? o->mode : o->mixed ? KVANT_INT8_MIXED : (o->w8a8 || o->smooth) ? KVANT_INT8_W8A8 : KVANT_INT8_NONE;
     if (o->smooth) {
         if (!o->calib_path) {
             fprintf(stderr, "%s: --smoothquant needs --calib FILE\n", cmd);
@@ -116,8 +116,8 @@ void cli_int8_describe(const cli_int8 *o, const kvant_int8 *q, const char *cmd) 
     if (!q) return;
     kvant_int8_stats s;
     kvant_int8_get_stats(q, &s);
-    fprintf(stderr, "%s: int8 mode %s", cmd, o->p.mode);
-    if (!strcmp(o->p.mode, "mixed")) fprintf(stderr, " (threshold %g)", o->p.threshold);
+    fprintf(stderr, "%s: int8 mode %s", cmd, cli_choice_name(cli_int8_modes, o->p.mode));
+    if (o->p.mode == KVANT_INT8_MIXED) fprintf(stderr, " (threshold %g)", o->p.threshold);
     if (o->smooth)
         fprintf(stderr, ", SmoothQuant%s alpha %.2f (scales %.3g..%.3g)", o->p.smooth_wo ? " (wo too)" : "", s.alpha,
                 s.scale_min, s.scale_max);

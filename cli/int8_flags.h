@@ -8,7 +8,8 @@
 typedef struct {
     kvant_int8_params p;
     bool mixed, w8a8, smooth, any;
-    const char *mode;          /* --int8-mode */
+    bool mode_set;             /* --int8-mode given: mode below */
+    kvant_int8_mode mode;
     const char *calib_path;
     long calib_skip;
     char *calib_buf;

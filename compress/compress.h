@@ -17,6 +17,8 @@ typedef struct {
 
 /* NULL if unknown (case-insensitive).  quant_ftype_list: all, for --help. */
 const quant_ftype *quant_ftype_find(const char *name);
+/* by llama.cpp's general.file_type number; NULL if kvant writes no such type */
+const quant_ftype *quant_ftype_of(int ftype);
 const quant_ftype *quant_ftype_list(int *n);
 
 /* Per-model state of the type chooser (llama.cpp counts attn_v / ffn_down
@@ -46,7 +48,7 @@ int quant_choose_type(quant_chooser *qc, const char *name, int n_dims, const int
 void quant_rows(core_pool *pool, int type, const float *src, void *out, int64_t n_rows, int64_t row_len);
 
 typedef struct {
-    const char *ftype;  /* quant_ftype name */
+    int ftype;          /* quant_ftype number (general.file_type) */
     bool pure;
     int n_threads;      /* 0: all CPUs */
     bool quiet;         /* no progress lines on stderr */

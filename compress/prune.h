@@ -61,6 +61,8 @@ bool prune_check_nm(const float *W, int64_t R, int64_t K, int n, int m);
 double prune_zero_fraction(const float *W, int64_t n);
 
 /* ---- files -------------------------------------------------------------------- */
+typedef enum { PRUNE_FFN = 0, PRUNE_HEADS } prune_target;
+typedef enum { PRUNE_DENSE = 0, PRUNE_SPARSE24_F16, PRUNE_SPARSE24_Q8 } prune_format;
 typedef struct {
     prune_method method;
     float sparsity;          /* structured: fraction of FFN neurons / heads removed */
@@ -71,9 +73,9 @@ typedef struct {
     int calib_ctx;           /* sequence length for calibration (default 512) */
     bool sequential;         /* recollect each layer's inputs from the already-pruned layers */
     int block;               /* SparseGPT column block (0: 128) */
-    const char *target;      /* structured: "ffn" or "heads" */
-    const char *format;      /* NULL/"dense": the source type with zeros; "sparse24-f16",
-                              * "sparse24-q8": 2:4 compressed types (needs 2:4) */
+    prune_target target;     /* structured: FFN neurons or heads (KV groups) */
+    prune_format format;     /* DENSE: the source type with zeros; SPARSE24_F16 / _Q8: the 2:4
+                              * compressed types (needs 2:4) */
     int n_threads;
     bool quiet;
 } prune_params;

@@ -104,8 +104,8 @@ static kvant_code mat_to_f32(const model_mat *M, float *out, kvant_status *st) {
 /* the type a pruned matrix of `cols` columns is written in; note says why on fallback */
 static int out_type(const prune_params *p, int src, int64_t cols, const char *name, char *note, size_t cap) {
     note[0] = 0;
-    if (!p->format || !strcmp(p->format, "dense")) return src;
-    const bool q8 = !strcmp(p->format, "sparse24-q8");
+    if (p->format == PRUNE_DENSE) return src;
+    const bool q8 = p->format == PRUNE_SPARSE24_Q8;
     const int t = q8 ? KT_S24_Q8 : KT_S24_F16;
     const int64_t bs = kern_type_get(t)->block_size;
     if (cols % bs == 0) return t;
@@ -147,6 +147,10 @@ static const char *method_name(prune_method m) {
     static const char *n[] = {"magnitude", "wanda", "sparsegpt", "structured"};
     return (int)m >= 0 && m <= PRUNE_STRUCTURED ? n[m] : "?";
 }
+static const char *target_name(prune_target t) { return t == PRUNE_HEADS ? "heads" : "ffn"; }
+static const char *format_name(prune_format f) {
+    return f == PRUNE_SPARSE24_Q8 ? "sparse24-q8" : f == PRUNE_SPARSE24_F16 ? "sparse24-f16" : "dense";
+}
 
 /* ---- structured ----------------------------------------------------------------------------- */
 typedef struct {
@@ -177,7 +181,7 @@ static kvant_code plan_structured(model *m, const prune_params *p, const prune_s
                                   float *tmp, kvant_status *st) {
     const model_config *c = &m->cfg;
     const int L = c->n_layers, F = c->hidden_dim, H = c->n_heads, Hkv = c->n_kv_heads, D = c->head_dim, C = c->dim;
-    const bool ffn = !strcmp(p->target, "ffn");
+    const bool ffn = p->target == PRUNE_FFN;
     pl->F2 = F;
     pl->H2 = H;
     pl->Hkv2 = Hkv;
@@ -243,13 +247,13 @@ kvant_code prune_file(const char *in_path, const char *out_path, const prune_par
     const bool structured = p->method == PRUNE_STRUCTURED;
     const bool need_calib = p->method != PRUNE_MAGNITUDE;
     const bool need_xx = p->method == PRUNE_SPARSEGPT;
-    const bool sparse_fmt = p->format && strcmp(p->format, "dense");
-    if (p->format && strcmp(p->format, "dense") && strcmp(p->format, "sparse24-f16") && strcmp(p->format, "sparse24-q8"))
-        return core_fail(st, KVANT_ERR_ARG, "unknown format '%s' (dense, sparse24-f16, sparse24-q8)", p->format);
+    const bool sparse_fmt = p->format != PRUNE_DENSE;
+    if (p->format != PRUNE_DENSE && p->format != PRUNE_SPARSE24_F16 && p->format != PRUNE_SPARSE24_Q8)
+        return core_fail(st, KVANT_ERR_ARG, "format %d is none of dense, sparse24-f16, sparse24-q8", (int)p->format);
     if (sparse_fmt && !(p->nm_keep == 2 && p->nm_group == 4))
         return core_fail(st, KVANT_ERR_ARG, "the sparse24 formats need --pattern 2:4");
-    if (structured && (!p->target || (strcmp(p->target, "ffn") && strcmp(p->target, "heads"))))
-        return core_fail(st, KVANT_ERR_ARG, "structured pruning needs a target: ffn or heads");
+    if (structured && p->target != PRUNE_FFN && p->target != PRUNE_HEADS)
+        return core_fail(st, KVANT_ERR_ARG, "structured pruning's target %d is none of ffn, heads", (int)p->target);
     if (structured && (p->nm_group || sparse_fmt))
         return core_fail(st, KVANT_ERR_ARG, "structured pruning has no N:M pattern or sparse format");
     if (need_calib && !p->calib_path) return core_fail(st, KVANT_ERR_ARG, "%s needs calibration text (--calib)", method_name(p->method));
@@ -350,7 +354,7 @@ kvant_code prune_file(const char *in_path, const char *out_path, const prune_par
         SETK("attention.key_length", c->head_dim);
         SETK("attention.value_length", c->head_dim);
 #undef SETK
-        gguf_writer_add_str(w, "kvant.prune.target", p->target);
+        gguf_writer_add_str(w, "kvant.prune.target", target_name(p->target));
     }
     gguf_writer_add_str(w, "kvant.prune.method", method_name(p->method));
     gguf_writer_add_f32(w, "kvant.prune.sparsity", p->nm_group ? 1.0f - (float)p->nm_keep / p->nm_group : p->sparsity);
@@ -359,7 +363,7 @@ kvant_code prune_file(const char *in_path, const char *out_path, const prune_par
     else snprintf(pat, sizeof pat, "%s", structured ? "structured" : "unstructured");
     gguf_writer_add_str(w, "kvant.prune.pattern", pat);
     if (need_calib) gguf_writer_add_u32(w, "kvant.prune.calib_tokens", (uint32_t)n_calib);
-    if (sparse_fmt) gguf_writer_add_str(w, "kvant.sparse.format", p->format);
+    if (sparse_fmt) gguf_writer_add_str(w, "kvant.sparse.format", format_name(p->format));
 
     /* every tensor that is not a layer matrix, as it is */
     for (int64_t i = 0; rc == KVANT_OK && i < gguf_n_tensors(m->gguf); i++) {
@@ -452,9 +456,9 @@ kvant_code prune_file(const char *in_path, const char *out_path, const prune_par
     }
     if (rc == KVANT_OK) rc = gguf_writer_write_file(w, out_path, st);
     if (rc == KVANT_OK && !p->quiet) {
-        fprintf(stderr, "pruned %s -> %s: %s %s", in_path, out_path, method_name(p->method), structured ? p->target : pat);
+        fprintf(stderr, "pruned %s -> %s: %s %s", in_path, out_path, method_name(p->method), structured ? target_name(p->target) : pat);
         if (structured)
-            fprintf(stderr, " (%s: FFN %d -> %d, heads %d -> %d, KV heads %d -> %d)", p->target, c->hidden_dim, plan.F2,
+            fprintf(stderr, " (%s: FFN %d -> %d, heads %d -> %d, KV heads %d -> %d)", target_name(p->target), c->hidden_dim, plan.F2,
                     c->n_heads, plan.H2, c->n_kv_heads, plan.Hkv2);
         else fprintf(stderr, ", layer matrices %.2f%% zeros", tot_n > 0 ? 100 * tot_zero / tot_n : 0.0);
         fprintf(stderr, ", %d fallback(s), %.1f s\n", n_fallback, (core_time_ms() - t0) / 1e3);

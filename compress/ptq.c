@@ -22,31 +22,6 @@ bool ptq_spec_valid(const ptq_spec *s) {
            (s->clip == PTQ_CLIP_NONE || s->clip == PTQ_CLIP_MSE);
 }
 
-kvant_code ptq_spec_parse(ptq_spec *s, const char *scheme, const char *gran, int bits, const char *clip,
-                          kvant_status *st) {
-    memset(s, 0, sizeof *s);
-    if (!scheme || !strcasecmp(scheme, "absmax")) s->scheme = PTQ_ABSMAX;
-    else if (!strcasecmp(scheme, "zeropoint") || !strcasecmp(scheme, "zp")) s->scheme = PTQ_ZEROPOINT;
-    else return core_fail(st, KVANT_ERR_ARG, "unknown scheme '%s' (absmax or zeropoint)", scheme);
-    if (!gran || !strcasecmp(gran, "channel")) s->gran = PTQ_CHANNEL;
-    else if (!strcasecmp(gran, "tensor")) s->gran = PTQ_TENSOR;
-    else if (!strncasecmp(gran, "group:", 6) || !strncasecmp(gran, "g", 1)) {
-        const char *num = gran[1] == 'r' || gran[1] == 'R' ? gran + 6 : gran + 1;
-        char *end;
-        long g = strtol(num, &end, 10);
-        if (*num == 0 || *end || g < 1 || g > 1 << 20)
-            return core_fail(st, KVANT_ERR_ARG, "bad granularity '%s' (tensor, channel or group:G)", gran);
-        s->gran = PTQ_GROUP;
-        s->group = (int)g;
-    } else return core_fail(st, KVANT_ERR_ARG, "unknown granularity '%s' (tensor, channel or group:G)", gran);
-    if (bits < 2 || bits > 8) return core_fail(st, KVANT_ERR_ARG, "--bits %d is not in 2..8", bits);
-    s->bits = bits;
-    if (!clip || !strcasecmp(clip, "none")) s->clip = PTQ_CLIP_NONE;
-    else if (!strcasecmp(clip, "mse")) s->clip = PTQ_CLIP_MSE;
-    else return core_fail(st, KVANT_ERR_ARG, "unknown clip '%s' (mse or none)", clip);
-    return KVANT_OK;
-}
-
 const char *ptq_spec_name(const ptq_spec *s, char *buf, size_t cap) {
     char g[32];
     if (s->gran == PTQ_GROUP) snprintf(g, sizeof g, "g%d", s->group);

@@ -42,10 +42,6 @@ typedef struct {
     int zero;
 } ptq_qp;
 
-/* Parses "absmax"|"zeropoint" (also "zp"), "tensor"|"channel"|"group:G",
- * "mse"|"none" (clip may be NULL).  KVANT_ERR_ARG with a message if bad. */
-kvant_code ptq_spec_parse(ptq_spec *s, const char *scheme, const char *gran, int bits, const char *clip,
-                          kvant_status *st);
 /* "zp4-g32-mse", "absmax8-channel", ... (returns buf) */
 const char *ptq_spec_name(const ptq_spec *s, char *buf, size_t cap);
 /* true if s is valid (bits 2..8, group >= 1) */

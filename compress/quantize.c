@@ -31,6 +31,12 @@ const quant_ftype *quant_ftype_list(int *n) {
     return k_ftypes;
 }
 
+const quant_ftype *quant_ftype_of(int ftype) {
+    for (size_t i = 0; i < sizeof k_ftypes / sizeof *k_ftypes; i++)
+        if (k_ftypes[i].ftype == ftype && kern_type_get(k_ftypes[i].base_type)->from_float_ref) return &k_ftypes[i];
+    return NULL;
+}
+
 const quant_ftype *quant_ftype_find(const char *name) {
     for (size_t i = 0; i < sizeof k_ftypes / sizeof *k_ftypes; i++)
         if (!strcasecmp(name, k_ftypes[i].name)) return &k_ftypes[i];
@@ -143,8 +149,8 @@ static int get_u32(const gguf_ctx *g, const char *arch, const char *key, int dfl
 }
 
 kvant_code quant_file(const char *in_path, const char *out_path, const quant_params *p, kvant_status *st) {
-    const quant_ftype *ft = quant_ftype_find(p->ftype);
-    if (!ft) return core_fail(st, KVANT_ERR_ARG, "unknown quantization type '%s'", p->ftype);
+    const quant_ftype *ft = quant_ftype_of(p->ftype);
+    if (!ft) return core_fail(st, KVANT_ERR_ARG, "file type %d is none kvant writes", p->ftype);
     if (!kern_type_get(ft->base_type)->from_float_ref)
         return core_fail(st, KVANT_ERR_UNSUPPORTED, "kvant cannot write %s yet", ft->name);
     gguf_ctx *g = gguf_open(in_path, st);

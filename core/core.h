@@ -4,7 +4,7 @@
 #ifndef KVANT_CORE_H
 #define KVANT_CORE_H
 
-#include "kvant.h"
+#include "kvant_base.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>

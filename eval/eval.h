@@ -1,7 +1,8 @@
 /* eval/ - the arithmetic of evaluation: negative log-likelihood of a
  * target under logits, KL divergence between two next-token
  * distributions, and running statistics.  No model code: callers feed
- * logits (api/eval.c drives the model). */
+ * logits.  eval/ppl.c drives models through the public inference API
+ * (kvant_perplexity, kvant_stream_ppl). */
 #ifndef KVANT_EVAL_H
 #define KVANT_EVAL_H
 

@@ -35,7 +35,7 @@ typedef struct sseq {
 
 struct sched_req {
     int64_t id;
-    kvant_request r;
+    sched_request r;
     int n_prompt, n, n_open;   /* samples, samples not finished */
     int n_cached;              /* prompt tokens from the prefix cache */
     bool forked;               /* samples 1..n-1 exist (n > 1) */
@@ -73,21 +73,21 @@ struct sched {
     bool budgeted;             /* the chunk budget applied (decoders in the batch) */
     bool in_forward, pending_cancel;
     /* events */
-    kvant_event *ev;
+    sched_event *ev;
     int ev_cap, ev_head, ev_count;
     /* adaptive chunk budget and stats */
     int chunk_budget;
     double decode_ms;          /* smoothed time of decode-only steps */
-    kvant_engine_stats st;
+    sched_stats st;
 };
 
 /* ---- events ------------------------------------------------------------- */
 
-static void push_event(sched *s, const kvant_event *e) {
+static void push_event(sched *s, const sched_event *e) {
     if (s->ev_count == s->ev_cap) {
         /* grow (only when the caller leaves events unread); keep order */
         const int cap = s->ev_cap * 2;
-        kvant_event *n = malloc((size_t)cap * sizeof *n);
+        sched_event *n = malloc((size_t)cap * sizeof *n);
         if (!n) return; /* dropping an event beats crashing; cannot happen at sane sizes */
         for (int i = 0; i < s->ev_count; i++) n[i] = s->ev[(s->ev_head + i) % s->ev_cap];
         free(s->ev);
@@ -99,7 +99,7 @@ static void push_event(sched *s, const kvant_event *e) {
     s->ev_count++;
 }
 
-int sched_pop_events(sched *s, kvant_event *out, int max_out) {
+int sched_pop_events(sched *s, sched_event *out, int max_out) {
     int n = 0;
     for (; n < max_out && s->ev_count > 0; n++) {
         out[n] = s->ev[s->ev_head];
@@ -109,9 +109,9 @@ int sched_pop_events(sched *s, kvant_event *out, int max_out) {
     return n;
 }
 
-static kvant_event event_of(const sseq *q, int32_t token, kvant_finish fin) {
+static sched_event event_of(const sseq *q, int32_t token, sched_end fin) {
     const sched_req *r = q->req;
-    kvant_event e;
+    sched_event e;
     memset(&e, 0, sizeof e);
     e.id = r->id;
     e.index = q->index;
@@ -195,12 +195,12 @@ static void seq_done(sched *s, sseq *q) {
 }
 
 /* finishes every open sample of r with `fin` (token -1) */
-static void req_finish_all(sched *s, sched_req *r, kvant_finish fin) {
+static void req_finish_all(sched *s, sched_req *r, sched_end fin) {
     const int n = r->n;
     for (int i = 0; i < n; i++) {
         sseq *q = &r->seqs[i];
         if (q->state == SQ_DONE) continue;
-        const kvant_event e = event_of(q, -1, fin);
+        const sched_event e = event_of(q, -1, fin);
         push_event(s, &e);
         const bool last = r->n_open == 1;
         seq_done(s, q);
@@ -274,8 +274,8 @@ void sched_free(sched *s) {
 
 /* ---- submit / cancel ---------------------------------------------------- */
 
-int64_t sched_submit(sched *s, const int32_t *prompt, int n_prompt, const kvant_request *r, kvant_status *st) {
-    const kvant_sampling *sp = &r->sampling;
+int64_t sched_submit(sched *s, const int32_t *prompt, int n_prompt, const sched_request *r, kvant_status *st) {
+    const sample_params *sp = &r->sampling;
     const int n = r->n > 0 ? r->n : 1;
     if (n_prompt <= 0 || !prompt) return core_fail(st, KVANT_ERR_ARG, "empty prompt"), -1;
     if (r->max_tokens <= 0) return core_fail(st, KVANT_ERR_ARG, "max_tokens must be > 0"), -1;
@@ -286,8 +286,8 @@ int64_t sched_submit(sched *s, const int32_t *prompt, int n_prompt, const kvant_
         if (prompt[i] < 0 || prompt[i] >= s->V)
             return core_fail(st, KVANT_ERR_ARG, "token id %d out of range [0, %d)", prompt[i], s->V), -1;
     if (n > s->p.max_seqs) return core_fail(st, KVANT_ERR_ARG, "n = %d > max_seqs (%d)", n, s->p.max_seqs), -1;
-    if (r->logprobs < 0 || r->logprobs > KVANT_MAX_LOGPROBS)
-        return core_fail(st, KVANT_ERR_ARG, "logprobs must be in 0..%d", KVANT_MAX_LOGPROBS), -1;
+    if (r->logprobs < 0 || r->logprobs > SCHED_MAX_LOGPROBS)
+        return core_fail(st, KVANT_ERR_ARG, "logprobs must be in 0..%d", SCHED_MAX_LOGPROBS), -1;
     if (!(sp->top_p > 0 && sp->top_p <= 1) || !(sp->min_p >= 0 && sp->min_p <= 1) || !(sp->repeat_penalty > 0) ||
         sp->repeat_last_n < 0 || sp->repeat_last_n > 1 << 16 || !(sp->temperature >= 0) || sp->top_k < 0)
         return core_fail(st, KVANT_ERR_ARG, "bad sampling settings (temperature >= 0, top_k >= 0, top_p in (0, 1], "
@@ -343,7 +343,7 @@ void sched_cancel(sched *s, int64_t id) {
         s->pending_cancel = true;
         return;
     }
-    req_finish_all(s, r, KVANT_FINISH_CANCELLED);
+    req_finish_all(s, r, SCHED_FINISH_CANCELLED);
     refresh_pool_stats(s);
 }
 
@@ -352,7 +352,7 @@ static void apply_cancels(sched *s) {
     s->pending_cancel = false;
     for (sched_req *r = s->reqs, *next; r; r = next) {
         next = r->next;
-        if (r->cancelled) req_finish_all(s, r, KVANT_FINISH_CANCELLED);
+        if (r->cancelled) req_finish_all(s, r, SCHED_FINISH_CANCELLED);
     }
 }
 
@@ -420,9 +420,9 @@ static bool admit(sched *s) {
     if (avail < need + slots && !(s->n_run == 0 && avail >= need)) return false;
     kvant_status st;
     if (!q->smp) {
-        const kvant_sampling *sp = &r->r.sampling;
-        const sample_params p = {sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->repeat_penalty,
-                                 sp->repeat_last_n, sp->seed + (uint64_t)q->index};
+        const sample_params *sp = &r->r.sampling;
+        sample_params p = *sp;
+        p.seed += (uint64_t)q->index;
         if (!(q->smp = sampler_new(&p, s->V, &st))) return false; /* out of memory: retried later */
         for (int i = 0; i < q->n_toks; i++) sampler_accept(q->smp, q->toks[i]);
     }
@@ -510,7 +510,7 @@ kvant_code sched_run(sched *s, kvant_status *st) {
 
 /* log-probabilities of the raw logits (temperature 1): the chosen token's
  * and the top n alternatives (the first is the most likely) */
-static void logprobs_of(float *x, int V, int n, int32_t token, kvant_event *e) {
+static void logprobs_of(float *x, int V, int n, int32_t token, sched_event *e) {
     float mx = x[0];
     for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
     int cnt = 0; /* insertion into a sorted top-n */
@@ -543,15 +543,15 @@ static void sample_next(sched *s, sseq *q, float *row) {
     const int32_t token = sampler_sample(q->smp, row);
     sampler_accept(q->smp, token);
     if (tok_is_eog(s->m->tok, token) && !r->r.ignore_eos) {
-        kvant_event e = event_of(q, -1, KVANT_FINISH_EOS);
+        sched_event e = event_of(q, -1, SCHED_FINISH_EOS);
         push_event(s, &e);
         seq_done(s, q);
         return;
     }
     q->toks[q->n_toks++] = token;
     q->n_gen++;
-    const kvant_finish fin = q->n_gen >= r->r.max_tokens ? KVANT_FINISH_LENGTH : KVANT_FINISH_NONE;
-    kvant_event e = event_of(q, token, fin);
+    const sched_end fin = q->n_gen >= r->r.max_tokens ? SCHED_FINISH_LENGTH : SCHED_FINISH_NONE;
+    sched_event e = event_of(q, token, fin);
     if (nlp > 0) logprobs_of(s->lp_scratch, s->V, nlp, token, &e);
     push_event(s, &e);
     if (fin) seq_done(s, q);
@@ -568,13 +568,13 @@ static void fork_samples(sched *s, sseq *q0, const float *row) {
     for (int i = 1; i < r->n; i++) {
         sseq *q = &r->seqs[i];
         kvant_status st;
-        const kvant_sampling *sp = &r->r.sampling;
-        const sample_params p = {sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->repeat_penalty,
-                                 sp->repeat_last_n, sp->seed + (uint64_t)i};
+        const sample_params *sp = &r->r.sampling;
+        sample_params p = *sp;
+        p.seed += (uint64_t)i;
         q->kv = q0->kv->ops->fork(q0->kv, &st);
         q->smp = sampler_new(&p, s->V, &st);
         if (!q->kv || !q->smp) {
-            kvant_event e = event_of(q, -1, KVANT_FINISH_ERROR);
+            sched_event e = event_of(q, -1, SCHED_FINISH_ERROR);
             push_event(s, &e);
             q->state = SQ_PARKED; /* seq_done frees what exists */
             seq_done(s, q);
@@ -594,7 +594,7 @@ void sched_finish(sched *s, kvant_code rc, double step_ms) {
         for (int i = 0; i < s->n_seg; i++) s->seg_seq[i]->req->failed = true;
         for (sched_req *r = s->reqs, *next; r; r = next) {
             next = r->next;
-            if (r->failed) req_finish_all(s, r, KVANT_FINISH_ERROR);
+            if (r->failed) req_finish_all(s, r, SCHED_FINISH_ERROR);
         }
         s->n_seg = 0;
     }
@@ -669,7 +669,7 @@ static void refresh_pool_stats(sched *s) {
 
 bool sched_has_work(const sched *s) { return s->n_run > 0 || s->n_waiting > 0 || s->ev_count > 0; }
 
-void sched_get_stats(const sched *s, kvant_engine_stats *o) {
+void sched_get_stats(const sched *s, sched_stats *o) {
     *o = s->st;
     o->running = s->n_run;
     o->waiting = s->n_waiting;

@@ -55,6 +55,49 @@
 
 #include "core/core.h"
 #include "model/model.h"
+#include "sample/sample.h"
+
+/* What the engine's public types carry (api/engine.c translates; kvant_engine_* in
+ * include/kvant_infer.h documents each field). */
+#define SCHED_MAX_LOGPROBS 8
+typedef struct {
+    sample_params sampling;    /* sample i is seeded sampling.seed + i */
+    int max_tokens;            /* > 0 */
+    int n;                     /* samples (0: 1) */
+    bool ignore_eos;
+    int logprobs;              /* 0..SCHED_MAX_LOGPROBS */
+} sched_request;
+
+typedef enum {
+    SCHED_FINISH_NONE = 0,
+    SCHED_FINISH_LENGTH,
+    SCHED_FINISH_EOS,
+    SCHED_FINISH_CANCELLED,
+    SCHED_FINISH_ERROR,
+} sched_end;
+
+typedef struct {
+    int64_t id;
+    int index;
+    int32_t token;             /* -1: the event only finishes the sample */
+    float logprob;
+    int n_top;
+    int32_t top_tokens[SCHED_MAX_LOGPROBS];
+    float top_logprobs[SCHED_MAX_LOGPROBS];
+    sched_end finish;
+    int n_prompt, n_generated, n_cached;
+} sched_event;
+
+typedef struct {
+    int running, waiting, preempted_total;
+    int64_t steps, tokens_prefill, tokens_decode;
+    int64_t prefix_hit_tokens;
+    int64_t blocks_total, blocks_used, blocks_free, blocks_cached;
+    int64_t swa_blocks_total, swa_blocks_used, swa_blocks_free, swa_blocks_cached;
+    int last_batch_tokens;
+    double last_step_ms;
+    int chunk_budget;
+} sched_stats;
 
 typedef struct {
     int max_seqs;           /* > 0 */
@@ -74,8 +117,8 @@ sched *sched_new(const model *m, const sched_params *p, kvant_status *st);
 /* frees every request (no events) */
 void sched_free(sched *s);
 
-/* see kvant_engine_submit / kvant_engine_cancel */
-int64_t sched_submit(sched *s, const int32_t *prompt, int n_prompt, const kvant_request *r, kvant_status *st);
+/* as kvant_engine_submit / kvant_engine_cancel */
+int64_t sched_submit(sched *s, const int32_t *prompt, int n_prompt, const sched_request *r, kvant_status *st);
 void sched_cancel(sched *s, int64_t id);
 
 /* Builds the next batch; returns its token count (0: nothing to run). */
@@ -83,14 +126,14 @@ int sched_plan(sched *s);
 /* Runs the planned batch (no-op for an empty one); returns its status. */
 kvant_code sched_run(sched *s, kvant_status *st);
 /* Consumes the batch's logits; rc is sched_run's result (on an error every
- * request in the batch finishes with KVANT_FINISH_ERROR). */
+ * request in the batch finishes with SCHED_FINISH_ERROR). */
 void sched_finish(sched *s, kvant_code rc, double step_ms);
 
 /* Moves up to max_out queued events to out; returns how many. */
-int sched_pop_events(sched *s, kvant_event *out, int max_out);
+int sched_pop_events(sched *s, sched_event *out, int max_out);
 /* running or waiting sequences, or unread events */
 bool sched_has_work(const sched *s);
-void sched_get_stats(const sched *s, kvant_engine_stats *out);
+void sched_get_stats(const sched *s, sched_stats *out);
 
 /* The adaptive chunk budget's rule (see the top of this file), pure for
  * tests: the budget after a step of step_ms that ran `prefill` prompt

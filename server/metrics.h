@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "kvant.h"
+#include "kvant_infer.h"
 
 #define SRV_HIST_MAX 24
 typedef struct {

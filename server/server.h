@@ -1,6 +1,6 @@
 /* server/ - an OpenAI-compatible HTTP server over the engine API.
  *
- * Uses nothing but the public API (include/kvant.h), libmicrohttpd and cJSON.
+ * Uses nothing but the public API (include/kvant_infer.h), libmicrohttpd and cJSON.
  * Threads: libmicrohttpd's one internal polling thread (epoll) runs every
  * handler; connections that wait for tokens are suspended and resumed by
  * the engine thread, which loops kvant_engine_wait / kvant_engine_step and
@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "kvant.h"
+#include "kvant_infer.h"
 
 typedef struct {
     const char *host;       /* NULL: 127.0.0.1 (loopback) */

@@ -32,15 +32,15 @@ static const kvant_chat_msg CONV[] = {
 
 static char *render(kvant_chat_template t, const kvant_chat_msg *m, int n, bool add) {
     kvant_status st;
-    char *s = chat_render(t, m, n, add, "01 Dec 2026", &st);
-    if (!s) fail_msg("%s: %s", chat_name(t), st.msg);
+    char *s = chat_render((chat_template)t, (const chat_msg *)m, n, add, "01 Dec 2026", &st);
+    if (!s) fail_msg("%s: %s", kvant_chat_template_name(t), st.msg);
     return s;
 }
 
 static void expect(kvant_chat_template t, const kvant_chat_msg *m, int n, bool add, const char *want) {
     char *s = render(t, m, n, add);
     const bool same = !strcmp(s, want);
-    if (!same) print_error("template %s:\n got: %s\nwant: %s\n", chat_name(t), s, want);
+    if (!same) print_error("template %s:\n got: %s\nwant: %s\n", kvant_chat_template_name(t), s, want);
     free(s);
     if (!same) fail();
 }
@@ -234,7 +234,8 @@ static void test_detect(void **state) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const kvant_chat_template t = kvant_chat_detect_text(cases[i].tmpl);
-        if (t != cases[i].t) fail_msg("case %zu: detected %s, want %s", i, chat_name(t), chat_name(cases[i].t));
+        if (t != cases[i].t) fail_msg("case %zu: detected %s, want %s", i, kvant_chat_template_name(t),
+                                      kvant_chat_template_name(cases[i].t));
     }
 }
 

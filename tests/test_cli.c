@@ -132,7 +132,8 @@ static long field(const char *out, const char *label) {
  * v 64x32 + o 64x64 + 3 x 64x172 + 2 norms x 64 = 45440; x 5 = 227200;
  * plus embedding 512x64, output_norm 64, and in the GGUF a separate
  * output 512x64: 292800 (GGUF), 260032 (llama2.c, shared classifier).
- * KV per token: 2 x 5 layers x 4 KV heads x 8 dims x 4 bytes = 1280. */
+ * KV per token: 2 x 5 layers x 4 KV heads x 8 dims x 2 bytes (F16, the
+ * default) = 640. */
 static void test_info_stories260k(void **state) {
     (void)state;
     int rc;
@@ -150,8 +151,9 @@ static void test_info_stories260k(void **state) {
     assert_int_equal(field(out, "vocabulary:"), 512);
     assert_int_equal(field(out, "parameters:"), 292800);
     assert_int_equal(field(out, "weights:"), 292800 * 4);
-    assert_non_null(strstr(out, "2 x 5 x 4 x 8 x 4 = 1280 bytes"));
-    assert_int_equal(field(out, "full context 2048:"), 1280 * 2048);
+    assert_non_null(strstr(out, "2 x 5 x 4 x 8 x 2 = 640 bytes"));
+    assert_int_equal(field(out, "full context 2048:"), 640 * 2048);
+    assert_int_equal(field(out, "per token (F32):"), 1280);
     free(out);
     char bin[2048];
     snprintf(bin, sizeof bin, "%s", shared_path("models/stories260K.bin"));
@@ -188,9 +190,10 @@ static void test_run_modes(void **state) {
     for (size_t i = 0; i < sizeof labels / sizeof *labels; i++)
         if (!strstr(err, labels[i])) fail_msg("stats lack '%s': %s", labels[i], err);
     assert_int_equal(field(err, "generated tokens:"), 8);
-    /* BOS + "The cat" and 8 new tokens: the cache holds all but the last token */
+    /* BOS + "The cat" and 8 new tokens: the cache holds all but the last token, at
+     * 640 bytes each (F16, the default, as info says) */
     const long np = field(err, "prompt tokens:");
-    assert_int_equal(field(err, "KV cache in use:"), (np + 7) * 1280);
+    assert_int_equal(field(err, "KV cache in use:"), (np + 7) * 640);
     free(err);
 }
 

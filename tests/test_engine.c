@@ -376,8 +376,8 @@ static void test_preemption(void **state) {
     p.kv_mem_mib = 0.0001; /* below one block: refused */
     kvant_status st;
     assert_null(kvant_engine_new(g_m, &p, &st));
-    /* a block is 2 * 5 layers * 16 * 32 floats = 20480 bytes */
-    p.kv_mem_mib = 12 * 20480 / 1048576.0 + 1e-9;
+    /* a block is 2 * 5 layers * 16 * 32 F16 values (the default KV type) = 10240 bytes */
+    p.kv_mem_mib = 12 * 10240 / 1048576.0 + 1e-9;
     kvant_engine_stats s = run_set(p, 16, false);
     assert_int_equal(s.blocks_total, 12);
     assert_true(s.preempted_total > 0);
@@ -676,7 +676,7 @@ static void test_errors(void **state) {
     assert_true(kvant_engine_step(e, ev, 16, &st) >= 0);
     assert_true(kvant_engine_submit(e, g_prompt[2], 10, &q, &st) > 0);
     kvant_engine_free(e); /* with requests in flight */
-    p.kv_type = "q4";
+    p.kv_type = (kvant_kv_type)99; /* no such KV type */
     assert_null(kvant_engine_new(g_m, &p, &st));
     assert_int_equal(st.code, KVANT_ERR_ARG);
 }

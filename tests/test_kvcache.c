@@ -68,12 +68,12 @@ static double max_diff(const float *a, const float *b) {
 static void test_paged_equals_contiguous(void **state) {
     (void)state;
     kvant_seq_params c = kvant_seq_default();
-    c.kv = "contiguous";
+    c.kv = KVANT_CACHE_CONTIGUOUS;
     float *ref = run(c, 40);
     const int sizes[] = {1, 7, 16, 64};
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
         kvant_seq_params p = kvant_seq_default();
-        p.kv = "paged";
+        p.kv = KVANT_CACHE_PAGED;
         p.block_size = sizes[i];
         float *lg = run(p, 40);
         const double d = max_diff(lg, ref);
@@ -87,10 +87,13 @@ static void test_paged_equals_contiguous(void **state) {
 static void test_flash_equals_naive(void **state) {
     (void)state;
     kvant_seq_params a = kvant_seq_default(), b = kvant_seq_default();
-    a.attn = "flash";
-    b.attn = "naive";
+    /* F32 K/V: the bound is F32 rounding; F16 storage turns those ulps into
+     * F16 ulps of the next layer's K/V (relative 2e-4, each kernel as far from F32) */
+    a.kv_type = b.kv_type = KVANT_KV_F32;
+    a.attn = KVANT_ATTN_FLASH;
+    b.attn = KVANT_ATTN_NAIVE;
     for (int paged = 0; paged <= 1; paged++) {
-        a.kv = b.kv = paged ? "paged" : "contiguous";
+        a.kv = b.kv = paged ? KVANT_CACHE_PAGED : KVANT_CACHE_CONTIGUOUS;
         float *fa = run(a, 50), *na = run(b, 50);
         /* relative to the logits' scale: max |flash - naive| / max |naive|
          * (the two kernels round differently, e.g. online vs two-pass
@@ -100,8 +103,8 @@ static void test_flash_equals_naive(void **state) {
             worst = fmax(worst, fabs((double)fa[i] - na[i]));
             scale = fmax(scale, fabs(na[i]));
         }
-        print_message("flash vs naive (%s): max |diff| %.3g, relative to max |logit| %.3g\n", a.kv, worst,
-                      worst / scale);
+        print_message("flash vs naive (%s): max |diff| %.3g, relative to max |logit| %.3g\n",
+                      paged ? "paged" : "contiguous", worst, worst / scale);
         assert_true(worst / scale <= 1e-5);
         free(fa);
         free(na);
@@ -112,6 +115,9 @@ static void test_flash_equals_naive(void **state) {
 static void test_streaming_without_eviction(void **state) {
     (void)state;
     kvant_seq_params c = kvant_seq_default(), s = kvant_seq_default();
+    /* F32 K/V: the streaming cache stores K before RoPE, the others after, so in
+     * F16 the two round different values (max |diff| ~0.02, each as far from F32) */
+    c.kv_type = s.kv_type = KVANT_KV_F32;
     s.sink = 4;
     s.window = N;
     float *ref = run(c, 30), *lg = run(s, 30);
@@ -158,8 +164,10 @@ static void test_streaming_constant_memory(void **state) {
 static void test_kv_quantization(void **state) {
     (void)state;
     kvant_seq_params p = kvant_seq_default();
+    p.kv_type = KVANT_KV_F32; /* the reference (the default is F16 now) */
     float *ref = run(p, 48);
-    const char *types[] = {"f16", "q8_0"};
+    const kvant_kv_type types[] = {KVANT_KV_F16, KVANT_KV_Q8_0};
+    const char *type_names[] = {"f16", "q8_0"};
     const double max_kl[] = {1e-5, 1e-2};
     for (int t = 0; t < 2; t++) {
         p.kv_type = types[t];
@@ -182,12 +190,12 @@ static void test_kv_quantization(void **state) {
             }
             same += ia == ib;
         }
-        print_message("KV %s vs f32: mean KL %.3g, top-1 %d/%d\n", types[t], kl / N, same, N);
+        print_message("KV %s vs f32: mean KL %.3g, top-1 %d/%d\n", type_names[t], kl / N, same, N);
         assert_true(kl / N <= max_kl[t]);
         assert_true(same >= N - 3);
         free(lg);
     }
-    p.kv_type = "q4";
+    p.kv_type = (kvant_kv_type)99; /* no such KV type */
     kvant_status st;
     assert_null(kvant_seq_new_ex(g_model, &p, &st));
     assert_int_equal(st.code, KVANT_ERR_ARG);
@@ -205,7 +213,7 @@ static int32_t argmax_of(const float *x) {
 static void test_prefix_cache_reuse(void **state) {
     (void)state;
     kvant_status st;
-    kvant_kv_pool_params pp = {.kv_type = "f32", .block_size = 16, .n_blocks = 64, .max_ctx = 128,
+    kvant_kv_pool_params pp = {.kv_type = KVANT_KV_F32, .block_size = 16, .n_blocks = 64, .max_ctx = 128,
                                .max_seqs = 4, .prefix_cache = true};
     kvant_kv_pool *pool = kvant_kv_pool_new(g_model, &pp, &st);
     assert_non_null(pool);
@@ -228,7 +236,8 @@ static void test_prefix_cache_reuse(void **state) {
     kvant_seq_kv_stats(s2, &ks);
     assert_int_equal(ks.prefix_hit_tokens, 48);
     kvant_seq_params cp = kvant_seq_default();
-    cp.kv = "contiguous";
+    cp.kv = KVANT_CACHE_CONTIGUOUS;
+    cp.kv_type = KVANT_KV_F32; /* as the pool's */
     cp.n_ctx = 128;
     kvant_seq *c = kvant_seq_new_ex(g_model, &cp, &st);
     assert_int_equal(kvant_forward(c, p2, 70, ref, false, &st), KVANT_OK);
@@ -243,7 +252,7 @@ static void test_prefix_cache_reuse(void **state) {
 static void test_fork_divergent(void **state) {
     (void)state;
     kvant_status st;
-    kvant_kv_pool_params pp = {.kv_type = "f32", .block_size = 16, .n_blocks = 64, .max_ctx = 128, .max_seqs = 4};
+    kvant_kv_pool_params pp = {.kv_type = KVANT_KV_F32, .block_size = 16, .n_blocks = 64, .max_ctx = 128, .max_seqs = 4};
     kvant_kv_pool *pool = kvant_kv_pool_new(g_model, &pp, &st);
     kvant_seq_params sp = kvant_seq_default();
     sp.pool = pool;
@@ -286,7 +295,7 @@ static void test_fork_divergent(void **state) {
 static void test_out_of_blocks(void **state) {
     (void)state;
     kvant_status st;
-    kvant_kv_pool_params pp = {.kv_type = "f32", .block_size = 8, .n_blocks = 10, .max_ctx = 96, .max_seqs = 4};
+    kvant_kv_pool_params pp = {.kv_type = KVANT_KV_F32, .block_size = 8, .n_blocks = 10, .max_ctx = 96, .max_seqs = 4};
     kvant_kv_pool *pool = kvant_kv_pool_new(g_model, &pp, &st);
     kvant_seq_params sp = kvant_seq_default();
     sp.pool = pool;
@@ -297,7 +306,8 @@ static void test_out_of_blocks(void **state) {
     float *x = malloc(sizeof(float) * g_V), *y = malloc(sizeof(float) * g_V);
     assert_int_equal(kvant_forward(a, &g_ids[40], 1, x, false, &st), KVANT_OK);
     kvant_seq_params cp = kvant_seq_default();
-    cp.kv = "contiguous";
+    cp.kv = KVANT_CACHE_CONTIGUOUS;
+    cp.kv_type = KVANT_KV_F32; /* as the pool's */
     cp.n_ctx = 64;
     kvant_seq *c = kvant_seq_new_ex(g_model, &cp, &st);
     assert_int_equal(kvant_forward(c, g_ids, 41, y, false, &st), KVANT_OK);

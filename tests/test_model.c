@@ -129,8 +129,8 @@ static void test_cache_vs_recompute_and_batched(void **state) {
     print_message("max |batched - stepwise| = %.3g, max |cached - recomputed| = %.3g\n", worst_batch, worst_cache);
     assert_true(worst_batch <= 1e-5);
     assert_true(worst_cache <= 1e-5);
-    /* the cache holds exactly what it should: 2 x layers x kv_dim x 4 bytes per token */
-    assert_int_equal(kvant_seq_kv_bytes(b), (size_t)NP * 2 * in.n_layers * in.n_kv_heads * in.head_dim * 4);
+    /* the cache holds exactly what it should: 2 x layers x kv_dim x 2 bytes (F16, the default) per token */
+    assert_int_equal(kvant_seq_kv_bytes(b), (size_t)NP * 2 * in.n_layers * in.n_kv_heads * in.head_dim * 2);
     /* overflowing the context is a clear error, not a write past the cache */
     int32_t many[64] = {0};
     assert_int_equal(kvant_forward(b, many, 64, NULL, false, &st), KVANT_ERR_FULL);

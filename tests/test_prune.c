@@ -256,12 +256,12 @@ static void test_files(void **state) {
     snprintf(p_dense, sizeof p_dense, "%s", tmp_path("prune_sgpt24.gguf"));
     snprintf(p_s24, sizeof p_s24, "%s", tmp_path("prune_sgpt24_s24.gguf"));
     snprintf(p_q8, sizeof p_q8, "%s", tmp_path("prune_sgpt24_q8.gguf"));
-    kvant_prune_params p = {.method = "sparsegpt", .pattern = "2:4", .calib_path = text, .calib_tokens = 1024,
-                            .calib_ctx = 256, .quiet = true};
+    kvant_prune_params p = {.method = KVANT_PRUNE_SPARSEGPT, .nm_keep = 2, .nm_group = 4, .calib_path = text,
+                            .calib_tokens = 1024, .calib_ctx = 256, .quiet = true};
     if (kvant_prune(model, p_dense, &p, &st)) fail_msg("%s", st.msg);
-    p.format = "sparse24-f16";
+    p.format = KVANT_PRUNE_SPARSE24_F16;
     if (kvant_prune(model, p_s24, &p, &st)) fail_msg("%s", st.msg);
-    p.format = "sparse24-q8";
+    p.format = KVANT_PRUNE_SPARSE24_Q8;
     if (kvant_prune(model, p_q8, &p, &st)) fail_msg("%s", st.msg);
     float *l0 = malloc(sizeof(float) * dense.vocab_size), *l1 = malloc(sizeof(float) * dense.vocab_size),
           *l2 = malloc(sizeof(float) * dense.vocab_size);
@@ -294,14 +294,14 @@ static void test_files(void **state) {
     char p_ffn[512], p_heads[512];
     snprintf(p_ffn, sizeof p_ffn, "%s", tmp_path("prune_ffn.gguf"));
     snprintf(p_heads, sizeof p_heads, "%s", tmp_path("prune_heads.gguf"));
-    p = (kvant_prune_params){.method = "structured", .sparsity = 0.25f, .target = "ffn", .calib_path = text,
-                             .calib_tokens = 1024, .calib_ctx = 256, .quiet = true};
+    p = (kvant_prune_params){.method = KVANT_PRUNE_STRUCTURED, .sparsity = 0.25f, .target = KVANT_PRUNE_FFN,
+                             .calib_path = text, .calib_tokens = 1024, .calib_ctx = 256, .quiet = true};
     if (kvant_prune(model, p_ffn, &p, &st)) fail_msg("%s", st.msg);
     model_forward_ok(p_ffn, &in, NULL);
     assert_int_equal(in.hidden_dim, dense.hidden_dim - dense.hidden_dim / 4);
     assert_int_equal(in.n_heads, dense.n_heads);
     assert_true(in.weight_bytes < dense.weight_bytes);
-    p.target = "heads";
+    p.target = KVANT_PRUNE_HEADS;
     if (kvant_prune(model, p_heads, &p, &st)) fail_msg("%s", st.msg);
     model_forward_ok(p_heads, &in, NULL);
     assert_int_equal(in.n_kv_heads, dense.n_kv_heads - dense.n_kv_heads / 4);
@@ -311,12 +311,15 @@ static void test_files(void **state) {
     assert_true(in.weight_bytes < dense.weight_bytes);
 
     /* usage errors */
-    p = (kvant_prune_params){.method = "wanda", .sparsity = 0.5f, .quiet = true};
+    p = (kvant_prune_params){.method = KVANT_PRUNE_WANDA, .sparsity = 0.5f, .quiet = true};
     assert_int_equal(kvant_prune(model, p_ffn, &p, &st), KVANT_ERR_ARG); /* no calibration text */
-    p = (kvant_prune_params){.method = "magnitude", .sparsity = 0.5f, .format = "sparse24-f16", .quiet = true};
+    p = (kvant_prune_params){.method = KVANT_PRUNE_MAGNITUDE, .sparsity = 0.5f, .format = KVANT_PRUNE_SPARSE24_F16,
+                             .quiet = true};
     assert_int_equal(kvant_prune(model, p_ffn, &p, &st), KVANT_ERR_ARG); /* format without 2:4 */
-    p = (kvant_prune_params){.method = "magnitude", .pattern = "5:4", .quiet = true};
-    assert_int_equal(kvant_prune(model, p_ffn, &p, &st), KVANT_ERR_ARG);
+    p = (kvant_prune_params){.method = KVANT_PRUNE_MAGNITUDE, .nm_keep = 5, .nm_group = 4, .quiet = true};
+    assert_int_equal(kvant_prune(model, p_ffn, &p, &st), KVANT_ERR_ARG); /* bad N:M */
+    p = (kvant_prune_params){.method = (kvant_prune_method)99, .sparsity = 0.5f, .quiet = true};
+    assert_int_equal(kvant_prune(model, p_ffn, &p, &st), KVANT_ERR_ARG); /* no such method */
     free(l0); free(l1); free(l2);
 }
 

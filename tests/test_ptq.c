@@ -237,7 +237,8 @@ static void test_model_8bit(void **state) {
     const char *text_path = strdup(shared_path("corpora/tinystories_val_subset.txt"));
     char *out = strdup(tmp_path("ptq_zp8_g32.gguf"));
     kvant_status st;
-    kvant_ptq_params p = {.scheme = "zeropoint", .granularity = "group:32", .bits = 8, .clip = "mse", .quiet = true};
+    kvant_ptq_params p = {.scheme = KVANT_PTQ_ZEROPOINT, .granularity = KVANT_PTQ_GROUP, .group = 32, .bits = 8,
+                          .clip = KVANT_PTQ_CLIP_MSE, .quiet = true};
     kvant_ptq_report r;
     assert_int_equal(kvant_ptq_quantize(in, out, &p, &r, &st), KVANT_OK);
     assert_int_equal(r.n_fallback, 5); /* the five ffn_down */
@@ -271,7 +272,7 @@ static void test_model_8bit(void **state) {
     assert_true(fabs(r8.ppl / r32.ppl - 1.0) < 0.005);
 
     /* the per-channel 4-bit file loads and runs too (per-row types, F32 activations) */
-    p.granularity = "channel";
+    p.granularity = KVANT_PTQ_CHANNEL;
     p.bits = 4;
     assert_int_equal(kvant_ptq_quantize(in, out, &p, &r, &st), KVANT_OK);
     assert_int_equal(r.n_fallback, 0);
@@ -285,7 +286,7 @@ static void test_model_8bit(void **state) {
      * 10% of it by magnitude, or re-quantizing it to Q8_0, keeps its function
      * (read as one long row, a per-row type gave perplexity in the 10^4s) */
     char *pruned = strdup(tmp_path("ptq_zp4_c_pruned.gguf")); /* tmp_path reuses one buffer */
-    kvant_prune_params pr = {.method = "magnitude", .sparsity = 0.1f, .quiet = true};
+    kvant_prune_params pr = {.method = KVANT_PRUNE_MAGNITUDE, .sparsity = 0.1f, .quiet = true};
     assert_int_equal(kvant_prune(out, pruned, &pr, &st), KVANT_OK);
     kvant_model *mp4 = kvant_model_open(pruned, &mp, &st);
     assert_non_null(mp4);
@@ -294,7 +295,7 @@ static void test_model_8bit(void **state) {
     assert_true(isfinite(rp.ppl) && rp.ppl < 1.1 * r4.ppl);
     kvant_model_free(mp4);
     char *requant = strdup(tmp_path("ptq_zp4_c_q8.gguf"));
-    kvant_quantize_params qp = {.type = "Q8_0", .quiet = true};
+    kvant_quantize_params qp = {.type = KVANT_FTYPE_Q8_0, .quiet = true};
     assert_int_equal(kvant_quantize(out, requant, &qp, &st), KVANT_OK);
     kvant_model *mq = kvant_model_open(requant, &mp, &st);
     assert_non_null(mq);
@@ -305,7 +306,7 @@ static void test_model_8bit(void **state) {
     /* LLM.int8 takes its outlier columns from the per-row weights (a low
      * threshold makes many columns outliers) */
     kvant_int8_params ip = kvant_int8_default();
-    ip.mode = "mixed";
+    ip.mode = KVANT_INT8_MIXED;
     ip.threshold = 3.0f;
     kvant_int8 *q8 = kvant_int8_new(m4, &ip, &st);
     assert_non_null(q8);

@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "compress/compress.h"
+#include "compress/synth.h"
 #include "format/gguf.h"
 #include "kernels/types.h"
 #include "model/model.h"
@@ -45,10 +47,12 @@ static void want(want_list *w, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2
 
 static gguf_ctx *synth(const char *shape, int layers, const char *type, int n_expert, char *path, size_t cap) {
     snprintf(path, cap, "%s/synth-shape-%s.gguf", KVANT_TEST_TMP, shape);
-    model_synth_params p = {.shape = shape, .out_path = path, .ftype = type, .seed = 7, .n_threads = 2,
-                            .quiet = true, .n_layers = layers, .n_vocab = VOCAB, .n_expert = n_expert};
+    const quant_ftype *ft = quant_ftype_find(type);
+    if (!ft) fail_msg("no file type %s", type);
+    synth_params p = {.shape = shape, .out_path = path, .ftype = ft->ftype, .seed = 7, .n_threads = 2,
+                      .quiet = true, .n_layers = layers, .n_vocab = VOCAB, .n_expert = n_expert};
     kvant_status st = {0};
-    if (model_synth(&p, &st) != KVANT_OK) fail_msg("synth %s: %s", shape, st.msg);
+    if (synth_write(&p, &st) != KVANT_OK) fail_msg("synth %s: %s", shape, st.msg);
     gguf_ctx *g = gguf_open(path, &st);
     if (!g) fail_msg("gguf_open(%s): %s", path, st.msg);
     return g;
@@ -323,14 +327,14 @@ static void test_phi4(void **state) {
 static void test_synth_shape_args(void **state) {
     (void)state;
     kvant_status st = {0};
-    model_synth_params p = {.shape = "gemma3-1b", .out_path = "/nonexistent/x.gguf", .quiet = true, .n_layers = 27};
-    assert_int_equal(model_synth(&p, &st), KVANT_ERR_ARG);
-    p = (model_synth_params){.shape = "qwen3-30b-a3b", .out_path = "/nonexistent/x.gguf", .quiet = true,
-                             .n_layers = 1, .n_expert = 4};
-    assert_int_equal(model_synth(&p, &st), KVANT_ERR_ARG);
-    p = (model_synth_params){.shape = "qwen3-0.6b", .out_path = "/nonexistent/x.gguf", .quiet = true,
-                             .n_layers = 1, .n_vocab = 100};
-    assert_int_equal(model_synth(&p, &st), KVANT_ERR_ARG);
+    synth_params p = {.shape = "gemma3-1b", .out_path = "/nonexistent/x.gguf", .quiet = true, .n_layers = 27};
+    assert_int_equal(synth_write(&p, &st), KVANT_ERR_ARG);
+    p = (synth_params){.shape = "qwen3-30b-a3b", .out_path = "/nonexistent/x.gguf", .quiet = true,
+                       .n_layers = 1, .n_expert = 4};
+    assert_int_equal(synth_write(&p, &st), KVANT_ERR_ARG);
+    p = (synth_params){.shape = "qwen3-0.6b", .out_path = "/nonexistent/x.gguf", .quiet = true,
+                       .n_layers = 1, .n_vocab = 100};
+    assert_int_equal(synth_write(&p, &st), KVANT_ERR_ARG);
 
     char cmd[4096];
     int rc;

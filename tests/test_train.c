@@ -256,7 +256,10 @@ static void test_matches_inference(void **s) {
     train_acts_make(&tm->cfg, 1, n, 2, &a);
     float *A = malloc(sizeof(float) * a.n), *ref = malloc(sizeof(float) * (size_t)n * V);
     train_forward_f(ex, &tm->cfg, &tm->lay, &a, tm->p, A, ids, NULL, false);
-    kvant_seq *seq = kvant_seq_new(km, 0, &st);
+    /* F32 K/V, as the training forward computes (F16 K/V: max |logit diff| 1.3e-2) */
+    kvant_seq_params sp = kvant_seq_default();
+    sp.kv_type = KVANT_KV_F32;
+    kvant_seq *seq = kvant_seq_new_ex(km, &sp, &st);
     assert_int_equal(kvant_forward(seq, ids, n, ref, true, &st), KVANT_OK);
     double maxd = 0;
     for (size_t i = 0; i < (size_t)n * V; i++) maxd = fmax(maxd, fabs(A[a.logits + i] - ref[i]));
@@ -267,7 +270,7 @@ static void test_matches_inference(void **s) {
     assert_int_equal(train_model_save(tm, NULL, km->m, "roundtrip", path, NULL, &st), KVANT_OK);
     kvant_model *k2 = kvant_model_open(path, NULL, &st);
     assert_non_null(k2);
-    kvant_seq *s2 = kvant_seq_new(k2, 0, &st);
+    kvant_seq *s2 = kvant_seq_new_ex(k2, &sp, &st);
     float *ref2 = malloc(sizeof(float) * (size_t)n * V);
     assert_int_equal(kvant_forward(s2, ids, n, ref2, true, &st), KVANT_OK);
     for (size_t i = 0; i < (size_t)n * V; i++) assert_true(ref2[i] == ref[i]);

@@ -8,8 +8,9 @@
  * Every op and the whole model exist twice, for R = float (training) and
  * R = double (the gradient checks: central finite differences need the
  * precision), from one source (train/tmpl.h); the suffix _f / _d names
- * the type.  train/ knows nothing of files: api/train.c turns models and
- * GGUFs into train_model and back.
+ * the type.  the ops know nothing of files: train/convert.c turns models
+ * and GGUFs into train_model and back, and train/loop.c is kvant_train (the
+ * loop behind kvant train / distill / qat, include/kvant_train.h).
  *
  * Dimension letters: B sequences, T positions, N = B*T tokens, C = dim,
  * F = hidden, H / Hkv query / KV heads, D head dim, QD = H*D, KVD = Hkv*D,

@@ -12,7 +12,12 @@ export PKG_CONFIG_PATH="$pc"
 flags=$(pkg-config --cflags --libs --static kvant)
 echo "pkg-config --cflags --libs --static kvant: $flags"
 find "$prefix" -type f | sort
+# every public header stands alone (includes what it needs, nothing from the source tree)
+for h in kvant_base.h kvant_infer.h kvant_compress.h kvant_train.h kvant.h; do
+  echo "#include <$h>" | "$cc" -std=c11 -Wall -Wextra -Werror -fsyntax-only $(pkg-config --cflags kvant) -x c -
+  echo "$h compiles on its own"
+done
 "$cc" -std=c11 -o "$prefix/hello" "$src" $flags
 LD_LIBRARY_PATH="$prefix/lib:${LD_LIBRARY_PATH:-}" "$prefix/hello" | tee "$prefix/hello.out"
 grep -q "there was a little girl" "$prefix/hello.out"
-echo "1 passed, 0 failed"
+echo "6 passed, 0 failed"

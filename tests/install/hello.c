@@ -2,7 +2,7 @@
  * tests/install/check.sh with `pkg-config --cflags --libs kvant` against
  * `cmake --install` output, never against the source tree.  Greedy text from
  * the built-in model, through the public API only. */
-#include <kvant.h>
+#include <kvant_infer.h> /* only the inference part of the API */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

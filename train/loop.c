@@ -1,4 +1,4 @@
-/* api/train.c - kvant_train: the training loop behind `kvant train`,
+/* loop.c - kvant_train: the training loop behind `kvant train`,
  * `kvant distill` and `kvant qat`.  Everything is allocated before the
  * first step (model + moments, activations, teacher, fake-quant buffers);
  * a step allocates nothing. */
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api.h"
+#include "kvant_train.h"
 #include "train/convert.h"
 #include "train/train.h"
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/api.h"
+#include "kvant_compress.h"
 #include "compress/int8.h"
 #include "kernels/kernels.h"
 

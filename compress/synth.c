@@ -19,11 +19,11 @@
 #include <string.h>
 
 #include "compress/compress.h"
+#include "compress/synth.h"
 #include "kernels/types.h"
-#include "model/model.h"
 
 /* Hyperparameters from each model's published config.json (HF). */
-static const model_synth_shape k_shapes[] = {
+static const synth_shape k_shapes[] = {
     /* name, arch,          dim  hidden layers heads kv  vocab    ctx */
     {"tiny", "llama",        128,   384,  2,    4,   2,    512,    512, .rope_base = 10000, .norm_eps = 1e-5f,
      .what = "a 2-layer toy for tests"},
@@ -66,7 +66,7 @@ static const float k_phi4_long_factor[48] = {
     32.71f,       32.93f,       32.97f,       33.28f,       33.49f,       33.5f,        44.16f,       47.77f,
 };
 
-const model_synth_shape *model_synth_shapes(int *n) {
+const synth_shape *synth_shapes(int *n) {
     *n = (int)(sizeof k_shapes / sizeof *k_shapes);
     return k_shapes;
 }
@@ -176,7 +176,7 @@ static const char *blk(char *buf, int layer, const char *what) {
  * (conversion/llama.py): pair i turns at base^(-2i/D), wavelength 2 pi over
  * that; wavelengths under orig_ctx / high keep 1, over orig_ctx / low get
  * `factor`, the band between is smoothed. */
-static void llama3_rope_freqs(const model_synth_shape *sh, int D, float *out) {
+static void llama3_rope_freqs(const synth_shape *sh, int D, float *out) {
     const double lo_wl = sh->rope_orig_ctx / sh->rope_low, hi_wl = sh->rope_orig_ctx / sh->rope_high;
     for (int i = 0; i < D / 2; i++) {
         const double freq = 1.0 / pow(sh->rope_base, (2.0 * i) / D), wl = 2 * 3.14159265358979323846 / freq;
@@ -189,13 +189,13 @@ static void llama3_rope_freqs(const model_synth_shape *sh, int D, float *out) {
     }
 }
 
-kvant_code model_synth(const model_synth_params *p, kvant_status *st) {
-    const model_synth_shape *sh = NULL;
+kvant_code synth_write(const synth_params *p, kvant_status *st) {
+    const synth_shape *sh = NULL;
     for (size_t i = 0; i < sizeof k_shapes / sizeof *k_shapes; i++)
         if (!strcmp(p->shape, k_shapes[i].name)) sh = &k_shapes[i];
     if (!sh) return core_fail(st, KVANT_ERR_ARG, "unknown shape '%s'", p->shape);
-    const quant_ftype *ft = quant_ftype_find(p->ftype ? p->ftype : "F32");
-    if (!ft) return core_fail(st, KVANT_ERR_ARG, "unknown type '%s'", p->ftype);
+    const quant_ftype *ft = quant_ftype_of(p->ftype);
+    if (!ft) return core_fail(st, KVANT_ERR_ARG, "file type %d is none kvant writes", p->ftype);
     if (!kern_type_get(ft->base_type)->from_float_ref)
         return core_fail(st, KVANT_ERR_UNSUPPORTED, "kvant cannot write %s yet", ft->name);
     if (p->n_layers < 0 || p->n_layers > sh->n_layers)

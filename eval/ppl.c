@@ -1,5 +1,5 @@
-/* eval.c - perplexity and KL divergence through the public API's own
- * forward pass (kvant_perplexity in include/kvant.h).
+/* ppl.c - perplexity and KL divergence through the public API's own
+ * forward pass (kvant_perplexity in include/kvant_infer.h).
  *
  * llama.cpp's method (its perplexity tool): the text is tokenized once with
  * BOS; chunk i is tokens [i*c, (i+1)*c) with its first token replaced by
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvant.h"
+#include "kvant_compress.h" /* kvant_seq_use_int8 */
 #include "core/core.h"
 #include "eval/eval.h"
 
@@ -84,15 +84,15 @@ kvant_code kvant_perplexity(kvant_model *m, const char *text, size_t len, const 
     ppl_state s = {.V = in.vocab_size};
     kvant_seq_params sp = kvant_seq_default();
     sp.n_ctx = c;
-    if (p->attn) sp.attn = p->attn;
-    if (p->kv_type) sp.kv_type = p->kv_type;
+    sp.attn = p->attn;
+    sp.kv_type = p->kv_type;
     s.seq = kvant_seq_new_ex(m, &sp, st);
     s.logits = malloc(sizeof(float) * (size_t)c * s.V);
     int32_t *win = malloc(sizeof(int32_t) * (size_t)c);
     kvant_code rc = s.seq && s.logits && win ? KVANT_OK : core_fail(st, KVANT_ERR_NOMEM, "out of memory");
     if (rc == KVANT_OK && p->int8) rc = kvant_seq_use_int8(s.seq, p->int8, st);
     if (rc == KVANT_OK && p->kl_base) {
-        s.base_seq = kvant_seq_new(p->kl_base, c, st);
+        s.base_seq = kvant_seq_new_ex(p->kl_base, &sp, st); /* the same cache: KL measures the weights only */
         s.base_logits = malloc(sizeof(float) * (size_t)c * s.V);
         s.kl = malloc(sizeof(double) * (size_t)total * c);
         if (!s.base_seq || !s.base_logits || !s.kl) rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory");
@@ -149,11 +149,10 @@ kvant_code kvant_perplexity(kvant_model *m, const char *text, size_t len, const 
 kvant_code kvant_stream_ppl(kvant_model *m, const char *text, size_t len, const kvant_stream_params *p,
                             kvant_stream_result *r, kvant_status *st) {
     memset(r, 0, sizeof *r);
-    const bool full = !strcmp(p->policy, "full"), stream = !strcmp(p->policy, "streaming"),
-               recompute = !strcmp(p->policy, "recompute");
-    if (!full && !stream && !recompute)
-        return core_fail(st, KVANT_ERR_ARG, "unknown policy '%s' (full, streaming, recompute)", p->policy);
-    if (!full && p->window < 1) return core_fail(st, KVANT_ERR_ARG, "policy %s needs a window", p->policy);
+    const bool full = p->policy == KVANT_STREAM_FULL, stream = p->policy == KVANT_STREAM_SINKS,
+               recompute = p->policy == KVANT_STREAM_RECOMPUTE;
+    if (!full && !stream && !recompute) return core_fail(st, KVANT_ERR_ARG, "policy %d is none of kvant_stream_policy", (int)p->policy);
+    if (!full && p->window < 1) return core_fail(st, KVANT_ERR_ARG, "the %s policy needs a window", stream ? "streaming" : "recompute");
     kvant_model_info in;
     kvant_model_get_info(m, &in);
     int n_tok;
