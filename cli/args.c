@@ -113,6 +113,27 @@ const char *cli_chat_template_file(const char *cmd, const char *path) {
     return kvant_chat_template_name(t);
 }
 
+const char *const cli_sampling_help =
+    "      --temp T           temperature; 0 = greedy (default 0.8)\n"
+    "      --top-k K          keep the K most likely tokens; 0 = off (default 40)\n"
+    "      --top-p P          nucleus sampling; 1 = off (default 0.95)\n"
+    "      --min-p P          drop tokens below P x the top probability; 0 = off (default 0.05)\n"
+    "      --repeat-penalty R penalize the last --repeat-last-n tokens; 1 = off (default 1)\n"
+    "      --repeat-last-n N  window of the penalty (default 64)\n"
+    "  -s, --seed S           RNG seed (default: from the clock; printed in the stats)\n";
+
+bool cli_sampling_flag(cli_args *a, kvant_sampling *s, bool *seed_set) {
+    if (cli_is(a, "--temp", "--temperature")) s->temperature = cli_float(a, 0, 100);
+    else if (cli_is(a, "--top-k", NULL)) s->top_k = cli_int(a, 0, 1 << 24);
+    else if (cli_is(a, "--top-p", NULL)) s->top_p = cli_float(a, 1e-6f, 1);
+    else if (cli_is(a, "--min-p", NULL)) s->min_p = cli_float(a, 0, 1);
+    else if (cli_is(a, "--repeat-penalty", NULL)) s->repeat_penalty = cli_float(a, 1e-3f, 100);
+    else if (cli_is(a, "--repeat-last-n", NULL)) s->repeat_last_n = cli_int(a, 0, 1 << 20);
+    else if (cli_is(a, "-s", "--seed")) s->seed = cli_u64(a), *seed_set = true;
+    else return false;
+    return true;
+}
+
 void cli_note_builtin_model(const char *cmd) {
     fprintf(stderr, "%s: no -m MODEL given: using the built-in stories260K (260K parameters, TinyStories, MIT)\n", cmd);
 }

@@ -37,6 +37,10 @@ char *cli_read_file(const char *path, size_t *len);
 /* --chat-template-file (run, serve): the name of the template a Jinja file
  * holds, found by its markers; NULL after a message when kvant knows none */
 const char *cli_chat_template_file(const char *cmd, const char *path);
+/* --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --seed
+ * (run, chat): consumes argv[a->i] when it is one; their help lines */
+bool cli_sampling_flag(cli_args *a, kvant_sampling *s, bool *seed_set);
+extern const char *const cli_sampling_help;
 /* says on stderr that cmd runs the built-in default model (no -m given;
  * kvant_model_open(NULL, ...) opens it) */
 void cli_note_builtin_model(const char *cmd);
@@ -67,6 +71,7 @@ bool cli_pattern_of(const char *s, int *keep, int *group);
 int cli_status_exit(const kvant_status *st);
 
 int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_logits(int argc, char **argv);

@@ -30,13 +30,7 @@ static void run_help(void) {
            "                         as in a model (implies --chat)\n"
            "  -n, --n-predict N      tokens to generate (default 128)\n"
            "  -c, --ctx N            context size in tokens (default: prompt + N)\n"
-           "      --temp T           temperature; 0 = greedy (default 0.8)\n"
-           "      --top-k K          keep the K most likely tokens; 0 = off (default 40)\n"
-           "      --top-p P          nucleus sampling; 1 = off (default 0.95)\n"
-           "      --min-p P          drop tokens below P x the top probability; 0 = off (default 0.05)\n"
-           "      --repeat-penalty R penalize the last --repeat-last-n tokens; 1 = off (default 1)\n"
-           "      --repeat-last-n N  window of the penalty (default 64)\n"
-           "  -s, --seed S           RNG seed (default: from the clock; printed in the stats)\n"
+           "%s"
            "  -t, --threads N        threads (default: number of CPUs, %d here)\n"
            "      --no-cache         recompute the whole prefix for every token (no KV cache)\n"
            "      --attn A           attention kernel: flash (default) or naive (the reference)\n"
@@ -50,7 +44,7 @@ static void run_help(void) {
            "      --report-every N   every N generated tokens, print tokens/s over them, KV bytes\n"
            "                         and peak resident memory to stderr\n"
            "  -h, --help             this text\n",
-           kvant_chat_template_list(), kvant_default_threads());
+           kvant_chat_template_list(), cli_sampling_help, kvant_default_threads());
     cli_int8_help();
 }
 
@@ -82,13 +76,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (cli_is(&a, "--chat-template-file", NULL)) { tmpl_file = cli_str(&a); o->chat = true; }
         else if (cli_is(&a, "-n", "--n-predict")) o->n_predict = cli_int(&a, 0, 1 << 24);
         else if (cli_is(&a, "-c", "--ctx")) o->n_ctx = cli_int(&a, 1, 1 << 24);
-        else if (cli_is(&a, "--temp", "--temperature")) o->samp.temperature = cli_float(&a, 0, 100);
-        else if (cli_is(&a, "--top-k", NULL)) o->samp.top_k = cli_int(&a, 0, 1 << 24);
-        else if (cli_is(&a, "--top-p", NULL)) o->samp.top_p = cli_float(&a, 1e-6f, 1);
-        else if (cli_is(&a, "--min-p", NULL)) o->samp.min_p = cli_float(&a, 0, 1);
-        else if (cli_is(&a, "--repeat-penalty", NULL)) o->samp.repeat_penalty = cli_float(&a, 1e-3f, 100);
-        else if (cli_is(&a, "--repeat-last-n", NULL)) o->samp.repeat_last_n = cli_int(&a, 0, 1 << 20);
-        else if (cli_is(&a, "-s", "--seed")) { o->samp.seed = cli_u64(&a); o->seed_set = true; }
+        else if (cli_sampling_flag(&a, &o->samp, &o->seed_set)) {}
         else if (cli_is(&a, "-t", "--threads")) o->threads = cli_int(&a, 1, 1024);
         else if (cli_is(&a, "--no-cache", NULL)) o->no_cache = true;
         else if (cli_is(&a, "--ignore-eos", NULL)) o->ignore_eos = true;

@@ -12,6 +12,7 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  run    generate text from a prompt (GGUF or llama2.c model)\n"
+            "  chat   talk to a model in the terminal (its chat template; KV cache kept between turns)\n"
             "  info   describe a model: hyperparameters, tensors, KV cache size\n"
             "  tokenize  the token ids of a text (also from a vocabulary-only GGUF)\n"
             "  logits the logits of every position of one batch, as float32 (compare with other engines)\n"
@@ -51,6 +52,7 @@ int main(int argc, char **argv) {
         return CLI_OK;
     }
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
+    if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc - 1, argv + 1);
