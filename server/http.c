@@ -26,6 +26,7 @@
 
 #include "server/metrics.h"
 #include "server/server.h"
+#include "server/ui.h"
 
 #define SRV_MAX_N 16       /* most samples per request */
 #define SRV_MAX_STOPS 16
@@ -102,6 +103,7 @@ struct srv {
     int64_t t_start;
     uint64_t seed_ctr;
     kvant_event *evbuf;
+    char ui_etag[32];          /* the chat page's ETag (server/ui.c) */
 };
 
 static void slog(kvant_log_level lvl, const char *fmt, ...) {
@@ -247,6 +249,35 @@ static enum MHD_Result send_error(srv *s, conn_ctx *x, struct MHD_Connection *c,
     else s->mt.req_err4xx++;
     pthread_mutex_unlock(&s->mt.mu);
     return send_text(x, c, status, "application/json", body, status == 429 || status == 503 ? "1" : NULL);
+}
+
+/* GET / and HEAD /: the chat page (server/ui/index.html, in the binary).  It
+ * needs no API key, so that it can load and ask for one; it holds no data.
+ * Cache-Control no-cache + ETag: a browser keeps the page and revalidates it
+ * on each load (a 304 without a body), so a new kvant's page shows at once.
+ * The policy lets it reach this server only (connect-src 'self'): no CDN, no
+ * other origin, even if the page were changed to ask for one. */
+static enum MHD_Result send_page(srv *s, conn_ctx *x, struct MHD_Connection *c) {
+    size_t n;
+    const char *page = srv_ui_page(&n);
+    const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
+    const bool fresh = inm && strstr(inm, s->ui_etag);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(fresh ? 0 : n, (void *)page, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/html; charset=utf-8");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, s->ui_etag);
+    MHD_add_response_header(resp, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                            "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
+                            "frame-ancestors 'none'");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    const unsigned status = fresh ? MHD_HTTP_NOT_MODIFIED : MHD_HTTP_OK;
+    enum MHD_Result ret = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    x->status = (int)status;
+    return ret;
 }
 
 /* valid UTF-8 copy (invalid bytes and NUL become U+FFFD) */
@@ -932,6 +963,10 @@ static bool authorized(srv *s, struct MHD_Connection *c) {
 static enum MHD_Result route_request(srv *s, conn_ctx *x, struct MHD_Connection *c, const char *url,
                                      const char *method) {
     const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    if (!strcmp(url, "/")) { /* the chat page: open, with or without --api-key */
+        if (!get && strcmp(method, "HEAD")) goto method;
+        return send_page(s, x, c);
+    }
     if (!strcmp(url, "/health")) {
         if (!get) goto method;
         const bool draining = atomic_load(&s->draining);
@@ -1069,6 +1104,7 @@ srv *srv_start(kvant_model *m, const srv_params *p, kvant_status *st) {
         s->chat_kind = kvant_chat_detect(m);
     }
     s->t_start = (int64_t)time(NULL);
+    srv_ui_etag(s->ui_etag);
     srv_metrics_init(&s->mt);
     pthread_mutex_init(&s->reg_mu, NULL);
     s->evbuf = malloc(SRV_EVENTS * sizeof *s->evbuf);

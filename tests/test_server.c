@@ -252,6 +252,37 @@ static void test_health_models_metrics(void **state) {
     free(b.p);
 }
 
+/* GET / and HEAD /: the chat page (server/ui/index.html, in the binary), open
+ * without the key so that it can ask for it; the browser test drives it
+ * (tests/node/test_chat_page.mjs) */
+static void test_chat_page(void **state) {
+    (void)state;
+    buf b;
+    assert_int_equal(http(g_srv.port, "GET", "/", NULL, NULL, &b), 200);
+    assert_non_null(strstr(b.p, "<!doctype html>"));
+    assert_non_null(strstr(b.p, "/v1/chat/completions"));
+    assert_non_null(strstr(b.p, "/metrics"));
+    const size_t n = b.n;
+    free(b.p);
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/", g_srv.port);
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOBODY, 1L); /* HEAD */
+    assert_int_equal(curl_easy_perform(h), CURLE_OK);
+    long code = 0;
+    char *ctype = NULL;
+    curl_off_t len = -1;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ctype);
+    curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
+    assert_int_equal(code, 200);
+    assert_non_null(ctype);
+    assert_string_equal(ctype, "text/html; charset=utf-8");
+    assert_int_equal(len, (curl_off_t)n);
+    curl_easy_cleanup(h);
+}
+
 static void test_completion_and_stream_agree(void **state) {
     (void)state;
     cJSON *j = post_ok("/v1/completions", "{\"model\":\"stories260K\",\"prompt\":\"Once upon a time\",\"max_tokens\":24,"
@@ -394,6 +425,8 @@ static void test_errors(void **state) {
         {"GET", "/v1/models", NULL, "wrong", 401, NULL},
         {"GET", "/v2/nothing", NULL, KEY, 404, NULL},
         {"GET", "/v1/completions", NULL, KEY, 405, NULL},
+        {"POST", "/", "{}", NULL, 405, NULL},                                                 /* the page: GET/HEAD */
+        {"GET", "/index.html", NULL, NULL, 404, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         buf b;
@@ -623,6 +656,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stop_scan),
         cmocka_unit_test(test_health_models_metrics),
+        cmocka_unit_test(test_chat_page),
         cmocka_unit_test(test_completion_and_stream_agree),
         cmocka_unit_test(test_chat),
         cmocka_unit_test(test_n_samples),
