@@ -16,7 +16,8 @@
 _Static_assert(SCHED_MAX_LOGPROBS == KVANT_MAX_LOGPROBS, "sched/ reports as many alternatives as the API");
 _Static_assert((int)SCHED_FINISH_ERROR == (int)KVANT_FINISH_ERROR && (int)SCHED_FINISH_EOS == (int)KVANT_FINISH_EOS &&
                    (int)SCHED_FINISH_LENGTH == (int)KVANT_FINISH_LENGTH &&
-                   (int)SCHED_FINISH_CANCELLED == (int)KVANT_FINISH_CANCELLED,
+                   (int)SCHED_FINISH_CANCELLED == (int)KVANT_FINISH_CANCELLED &&
+                   (int)SCHED_FINISH_EMBEDDING == (int)KVANT_FINISH_EMBEDDING,
                "sched/ numbers the finish reasons as the API");
 
 static sample_params sample_params_of(const kvant_sampling *s) {
@@ -26,7 +27,7 @@ static sample_params sample_params_of(const kvant_sampling *s) {
 static kvant_event event_of(const sched_event *e) {
     kvant_event o = {.id = e->id, .index = e->index, .token = e->token, .logprob = e->logprob, .n_top = e->n_top,
                      .finish = (kvant_finish)e->finish, .n_prompt = e->n_prompt, .n_generated = e->n_generated,
-                     .n_cached = e->n_cached};
+                     .n_cached = e->n_cached, .embedding = e->embedding};
     memcpy(o.top_tokens, e->top_tokens, sizeof o.top_tokens);
     memcpy(o.top_logprobs, e->top_logprobs, sizeof o.top_logprobs);
     return o;
@@ -37,6 +38,8 @@ struct kvant_engine {
     sched *s;
     sched_event *ev;       /* [max_seqs * 2] events popped per call, translated into the caller's array */
     int ev_cap;
+    float **embd;          /* embeddings handed out by the last step (freed by the next) */
+    int n_embd, cap_embd;
     pthread_mutex_t mu;
     pthread_cond_t cv;     /* signalled when work arrives */
 };
@@ -102,6 +105,8 @@ void kvant_engine_free(kvant_engine *e) {
     if (!e) return;
     sched_free(e->s);
     free(e->ev);
+    for (int i = 0; i < e->n_embd; i++) free(e->embd[i]);
+    free(e->embd);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);
@@ -111,7 +116,7 @@ int64_t kvant_engine_submit(kvant_engine *e, const int32_t *prompt, int n_prompt
                             kvant_status *st) {
     if (!r) return core_fail(st, KVANT_ERR_ARG, "no request settings"), -1;
     const sched_request sr = {.sampling = sample_params_of(&r->sampling), .max_tokens = r->max_tokens, .n = r->n,
-                              .ignore_eos = r->ignore_eos, .logprobs = r->logprobs};
+                              .ignore_eos = r->ignore_eos, .logprobs = r->logprobs, .embed = r->embed};
     pthread_mutex_lock(&e->mu);
     const int64_t id = sched_submit(e->s, prompt, n_prompt, &sr, st);
     if (id > 0) pthread_cond_broadcast(&e->cv);
@@ -126,7 +131,22 @@ void kvant_engine_cancel(kvant_engine *e, int64_t id) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* keeps an event's embedding until the next step (false: out of memory, freed) */
+static bool keep_embedding(kvant_engine *e, float *v) {
+    if (e->n_embd == e->cap_embd) {
+        const int cap = e->cap_embd ? 2 * e->cap_embd : 16;
+        float **k = realloc(e->embd, (size_t)cap * sizeof *k);
+        if (!k) return free(v), false;
+        e->embd = k;
+        e->cap_embd = cap;
+    }
+    e->embd[e->n_embd++] = v;
+    return true;
+}
+
 int kvant_engine_step(kvant_engine *e, kvant_event *out, int max_out, kvant_status *st) {
+    for (int i = 0; i < e->n_embd; i++) free(e->embd[i]); /* the last step's results are read */
+    e->n_embd = 0;
     pthread_mutex_lock(&e->mu);
     const int T = sched_plan(e->s);
     pthread_mutex_unlock(&e->mu);
@@ -144,7 +164,11 @@ int kvant_engine_step(kvant_engine *e, kvant_event *out, int max_out, kvant_stat
     while (rc == KVANT_OK && n < max_out) { /* in pieces of ev_cap (the step's thread owns e->ev) */
         const int want = max_out - n < e->ev_cap ? max_out - n : e->ev_cap;
         const int got = sched_pop_events(e->s, e->ev, want);
-        for (int i = 0; i < got; i++) out[n + i] = event_of(&e->ev[i]);
+        for (int i = 0; i < got; i++) {
+            if (e->ev[i].embedding && !keep_embedding(e, e->ev[i].embedding))
+                e->ev[i].embedding = NULL, e->ev[i].finish = SCHED_FINISH_ERROR;
+            out[n + i] = event_of(&e->ev[i]);
+        }
         n += got;
         if (got < want) break;
     }

@@ -84,6 +84,7 @@ void kvant_model_get_info(const kvant_model *km, kvant_model_info *o) {
     o->qk_norm = c->n_layers > 0 && m->layers[0].q_norm;
     o->post_norms = c->n_layers > 0 && m->layers[0].post_attn_norm;
     o->activation = c->act == MODEL_ACT_GELU_TANH ? "gelu_tanh" : "silu";
+    o->pooling = c->pooling == MODEL_POOL_CLS ? "cls" : c->pooling == MODEL_POOL_LAST ? "last" : "mean";
 }
 
 int kvant_model_n_tensors(const kvant_model *km) { return km->m->n_tensors; }
@@ -323,6 +324,11 @@ int kvant_seq_sink_stats(const kvant_seq *s, double *per_layer, int max_layers) 
 kvant_code kvant_forward(kvant_seq *s, const int32_t *tokens, int n, float *logits, bool all_logits,
                          kvant_status *st) {
     return model_forward(s->m, s->work, s->kv, tokens, n, logits, all_logits, st);
+}
+
+kvant_code kvant_embed(kvant_seq *s, const int32_t *tokens, int n, float *out, kvant_status *st) {
+    kv_clear(s->kv);
+    return model_embed(s->m, s->work, s->kv, tokens, n, out, st);
 }
 
 kvant_sampling kvant_sampling_default(void) {

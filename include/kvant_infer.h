@@ -54,6 +54,7 @@ typedef struct {
     bool rope_freqs;                             /* RoPE frequency factors (Llama 3.1+, phi3 long/short) */
     bool qkv_bias, qk_norm, post_norms;          /* q/k/v biases, per-head q/k norms, post-attention/FFN norms */
     const char *activation;                      /* "silu" or "gelu_tanh" (the GLU's gate) */
+    const char *pooling;                         /* embeddings: "mean", "cls" or "last" */
 } kvant_model_info;
 
 void kvant_model_get_info(const kvant_model *m, kvant_model_info *out);
@@ -182,6 +183,12 @@ size_t kvant_seq_kv_capacity_bytes(const kvant_seq *s);
  * [vocab] for the last token only. */
 kvant_code kvant_forward(kvant_seq *s, const int32_t *tokens, int n, float *logits,
                          bool all_logits, kvant_status *st);
+/* The embedding of tokens[0..n): s is reset, the tokens run into it, and
+ * their final-normed hidden states pool into out[kvant_model_info.dim] (the
+ * mean, or the GGUF's {arch}.pooling_type: first / last token),
+ * L2-normalized.  The same tokens give the same bits alone, in chunks, or
+ * batched with other work in the engine (kvant_request.embed). */
+kvant_code kvant_embed(kvant_seq *s, const int32_t *tokens, int n, float *out, kvant_status *st);
 
 /* ---- sampling --------------------------------------------------------- */
 typedef struct {
@@ -245,6 +252,8 @@ typedef struct {
     bool ignore_eos;        /* do not stop at the end-of-sequence token */
     int logprobs;           /* > 0: report the log-probability of each token and of the
                                top `logprobs` alternatives (at most KVANT_MAX_LOGPROBS) */
+    bool embed;             /* the prompt's embedding instead of tokens (as kvant_embed: pooled,
+                               L2-normalized; n 1, max_tokens 0): one KVANT_FINISH_EMBEDDING event */
 } kvant_request;
 #define KVANT_MAX_LOGPROBS 8
 
@@ -264,6 +273,7 @@ typedef enum {
     KVANT_FINISH_EOS,       /* end-of-sequence token (the token is not reported) */
     KVANT_FINISH_CANCELLED,
     KVANT_FINISH_ERROR,
+    KVANT_FINISH_EMBEDDING, /* an embed request's result: kvant_event.embedding */
 } kvant_finish;
 
 typedef struct {
@@ -277,6 +287,8 @@ typedef struct {
     kvant_finish finish;
     int n_prompt, n_generated;      /* so far */
     int n_cached;           /* prompt tokens served from the prefix cache */
+    const float *embedding; /* KVANT_FINISH_EMBEDDING: [kvant_model_info.dim], owned by the engine,
+                               valid until the next kvant_engine_step */
 } kvant_event;
 
 /* One engine step.  Writes up to max_out events (a step yields at most one

@@ -414,6 +414,21 @@ static void forward_batch(const model *m, model_work *w, const model_segment *se
     if (w->sink_n) w->sink_queries += (int64_t)T * c->n_heads;
     for (int s = 0; s < n_seg; s++) kv_commit(seg[s].kv, seg[s].tokens, seg[s].n);
 
+    /* embeddings: the final norm of every row a segment pools (position order) */
+    for (int s = 0, r0 = 0; s < n_seg; r0 += seg[s].n, s++) {
+        double *e = seg[s].embd;
+        if (!e) continue;
+        const int pos0 = seg[s].kv->n_pos - seg[s].n; /* committed above */
+        for (int i = 0; i < seg[s].n; i++) {
+            if (c->pooling == MODEL_POOL_CLS && pos0 + i != 0) continue;
+            if (c->pooling == MODEL_POOL_LAST && i != seg[s].n - 1) continue;
+            float *h = w->xb; /* scratch: the logits below overwrite it */
+            kern_rmsnorm(h, w->x + (size_t)(r0 + i) * C, m->out_norm, C, c->norm_eps);
+            const double keep = c->pooling == MODEL_POOL_MEAN ? 1.0 : 0.0;
+            for (int j = 0; j < C; j++) e[j] = keep * e[j] + h[j];
+        }
+    }
+
     if (!logits) return;
     /* final norm and classifier over the rows that want logits, packed in
      * segment order: all rows of a MODEL_LOGITS_ALL segment, the last row
@@ -471,6 +486,34 @@ kvant_code model_forward_batch(const model *m, model_work *w, const model_segmen
 
 /* A single sequence is a batch of one segment, in chunks of at most max_T
  * (and the cache's max_chunk) tokens. */
+void model_embd_finish(const model *m, const double *acc, int n, float *out) {
+    const int C = m->cfg.dim;
+    const double div = m->cfg.pooling == MODEL_POOL_MEAN && n > 0 ? (double)n : 1.0;
+    double ss = 0;
+    for (int j = 0; j < C; j++) ss += (acc[j] / div) * (acc[j] / div);
+    const double inv = ss > 0 ? 1.0 / sqrt(ss) : 0.0;
+    for (int j = 0; j < C; j++) out[j] = (float)(acc[j] / div * inv);
+}
+
+kvant_code model_embed(const model *m, model_work *w, kv_store *kv, const int32_t *tokens, int n, float *out,
+                       kvant_status *st) {
+    if (n <= 0) return core_fail(st, KVANT_ERR_ARG, "embedding of an empty input");
+    if (kv->n_pos != 0) return core_fail(st, KVANT_ERR_ARG, "embedding: the cache must be empty");
+    double *acc = calloc((size_t)m->cfg.dim, sizeof *acc);
+    if (!acc) return core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+    const int chunk = w->max_T < kv->max_chunk ? w->max_T : kv->max_chunk;
+    kvant_code rc = KVANT_OK;
+    for (int done = 0; done < n && rc == KVANT_OK;) {
+        const int T = n - done < chunk ? n - done : chunk;
+        const model_segment seg = {kv, tokens + done, T, MODEL_LOGITS_NONE, acc};
+        rc = model_forward_batch(m, w, &seg, 1, NULL, st);
+        done += T;
+    }
+    if (rc == KVANT_OK) model_embd_finish(m, acc, n, out);
+    free(acc);
+    return rc;
+}
+
 kvant_code model_forward(const model *m, model_work *w, kv_store *kv, const int32_t *tokens, int n,
                          float *logits, bool all_logits, kvant_status *st) {
     const model_config *c = &m->cfg;

@@ -186,6 +186,13 @@ static kvant_code read_config(loader *ld, const model_arch *A, kvant_status *st)
         return core_fail(st, KVANT_ERR_UNSUPPORTED, "%s: sliding-window attention on %s is not supported", path,
                          A->name);
     }
+    /* embeddings' pooling: llama.cpp's enum (0 none and 1 mean both pool by the mean here) */
+    int pool = 1;
+    get_int(ld, "pooling_type", &pool);
+    if (pool == 0 || pool == 1) c->pooling = MODEL_POOL_MEAN;
+    else if (pool == 2) c->pooling = MODEL_POOL_CLS;
+    else if (pool == 3) c->pooling = MODEL_POOL_LAST;
+    else return core_fail(st, KVANT_ERR_UNSUPPORTED, "%s: pooling type %d is not supported (mean, cls, last)", path, pool);
     c->rope_base_swa = !strcmp(A->name, "gemma3") ? 10000.0f : c->rope_base; /* llama.cpp's gemma3 default */
     get_float(ld, "rope.freq_base_swa", &c->rope_base_swa);
     /* gemma: 1/sqrt(n_embd / n_head) for the 27B models (46 / 62 layers), else 1/sqrt(head_dim) */

@@ -16,6 +16,8 @@
 /* What the families differ in (model/arch.c has one row per architecture;
  * the loader fills these from the row and the file's `{arch}.*` keys). */
 typedef enum { MODEL_ACT_SILU, MODEL_ACT_GELU_TANH } model_act;   /* the GLU's gate activation */
+/* embeddings' pooling ({arch}.pooling_type: 1 mean, 2 cls, 3 last; absent: mean) */
+typedef enum { MODEL_POOL_MEAN = 0, MODEL_POOL_CLS, MODEL_POOL_LAST } model_pool;
 
 typedef struct {
     int dim;          /* C */
@@ -43,6 +45,7 @@ typedef struct {
     int n_expert, n_expert_used;  /* MoE: 0 = dense */
     int expert_hidden;    /* F_e: each expert's FFN width */
     float expert_scale;   /* routed weights x expert_scale after renormalizing (1 = none) */
+    model_pool pooling;   /* embeddings: how a sequence's final hidden states pool into one vector */
 } model_config;
 
 /* a weight matrix: `rows` rows of `cols` elements of `type` (ggml: ne[0] = cols) */
@@ -268,6 +271,15 @@ void model_work_free(model_work *w);
 kvant_code model_forward(const model *m, model_work *w, kv_store *kv, const int32_t *tokens, int n,
                          float *logits, bool all_logits, kvant_status *st);
 
+/* The embedding of tokens[0..n), run into the empty cache kv (in chunks as
+ * model_forward): their final-normed hidden states pooled as
+ * model_config.pooling says, L2-normalized, into out[dim]. */
+kvant_code model_embed(const model *m, model_work *w, kv_store *kv, const int32_t *tokens, int n, float *out,
+                       kvant_status *st);
+/* acc (a segment's embd after all n tokens) -> out[dim]: a mean divided by
+ * n, then L2-normalized (a zero vector stays zero) */
+void model_embd_finish(const model *m, const double *acc, int n, float *out);
+
 /* ---- batched forward over several sequences -------------------------------
  * A segment is tokens[0..n) of one sequence, to run at its cache indices
  * kv->n_pos .. kv->n_pos+n-1.  model_forward_batch runs every segment in ONE
@@ -282,6 +294,10 @@ typedef struct {
     const int32_t *tokens;    /* [n] */
     int n;                    /* >= 1 and <= kv->max_chunk */
     model_logits logits;      /* which rows' logits it wants */
+    double *embd;             /* NULL, or [dim]: the rows' final-normed hidden states pooled in
+                                 (model_config.pooling; mean: added, in position order, so the
+                                 sum is the same whatever the chunks and the batch); zeroed by
+                                 the caller before the sequence's first token; model_embd_finish */
 } model_segment;
 
 /* Rows of logits a batch produces: n for MODEL_LOGITS_ALL, 1 for LAST. */

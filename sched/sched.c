@@ -31,6 +31,7 @@ typedef struct sseq {
     /* this step */
     int batch_n;               /* tokens in the batch (0: not in it) */
     int logit_row;             /* its row of the logits, -1: none */
+    double *embd;              /* embed requests: [dim] pooled hidden states so far */
 } sseq;
 
 struct sched_req {
@@ -88,7 +89,10 @@ static void push_event(sched *s, const sched_event *e) {
         /* grow (only when the caller leaves events unread); keep order */
         const int cap = s->ev_cap * 2;
         sched_event *n = malloc((size_t)cap * sizeof *n);
-        if (!n) return; /* dropping an event beats crashing; cannot happen at sane sizes */
+        if (!n) { /* dropping an event beats crashing; cannot happen at sane sizes */
+            free(e->embedding);
+            return;
+        }
         for (int i = 0; i < s->ev_count; i++) n[i] = s->ev[(s->ev_head + i) % s->ev_cap];
         free(s->ev);
         s->ev = n;
@@ -167,6 +171,7 @@ static void req_free(sched *s, sched_req *r) {
         sampler_free(r->seqs[i].smp);
         kv_free(r->seqs[i].kv);
         free(r->seqs[i].toks);
+        free(r->seqs[i].embd);
     }
     free(r->seqs);
     free(r);
@@ -259,6 +264,7 @@ fail:
 void sched_free(sched *s) {
     if (!s) return;
     while (s->reqs) req_free(s, s->reqs);
+    for (int i = 0; i < s->ev_count; i++) free(s->ev[(s->ev_head + i) % s->ev_cap].embedding);
     kv_pool_free(s->pool);
     kv_pool_free(s->lpool);
     model_work_free(s->work);
@@ -278,7 +284,9 @@ int64_t sched_submit(sched *s, const int32_t *prompt, int n_prompt, const sched_
     const sample_params *sp = &r->sampling;
     const int n = r->n > 0 ? r->n : 1;
     if (n_prompt <= 0 || !prompt) return core_fail(st, KVANT_ERR_ARG, "empty prompt"), -1;
-    if (r->max_tokens <= 0) return core_fail(st, KVANT_ERR_ARG, "max_tokens must be > 0"), -1;
+    if (r->embed && (n != 1 || r->max_tokens != 0 || r->logprobs))
+        return core_fail(st, KVANT_ERR_ARG, "an embedding request has n 1, max_tokens 0 and no logprobs"), -1;
+    if (r->max_tokens <= 0 && !r->embed) return core_fail(st, KVANT_ERR_ARG, "max_tokens must be > 0"), -1;
     if ((int64_t)n_prompt + r->max_tokens > s->p.max_ctx)
         return core_fail(st, KVANT_ERR_ARG, "prompt (%d tokens) + max_tokens (%d) > context (%d)", n_prompt,
                          r->max_tokens, s->p.max_ctx), -1;
@@ -288,8 +296,9 @@ int64_t sched_submit(sched *s, const int32_t *prompt, int n_prompt, const sched_
     if (n > s->p.max_seqs) return core_fail(st, KVANT_ERR_ARG, "n = %d > max_seqs (%d)", n, s->p.max_seqs), -1;
     if (r->logprobs < 0 || r->logprobs > SCHED_MAX_LOGPROBS)
         return core_fail(st, KVANT_ERR_ARG, "logprobs must be in 0..%d", SCHED_MAX_LOGPROBS), -1;
-    if (!(sp->top_p > 0 && sp->top_p <= 1) || !(sp->min_p >= 0 && sp->min_p <= 1) || !(sp->repeat_penalty > 0) ||
-        sp->repeat_last_n < 0 || sp->repeat_last_n > 1 << 16 || !(sp->temperature >= 0) || sp->top_k < 0)
+    if (!r->embed && (!(sp->top_p > 0 && sp->top_p <= 1) || !(sp->min_p >= 0 && sp->min_p <= 1) ||
+                      !(sp->repeat_penalty > 0) || sp->repeat_last_n < 0 || sp->repeat_last_n > 1 << 16 ||
+                      !(sp->temperature >= 0) || sp->top_k < 0))
         return core_fail(st, KVANT_ERR_ARG, "bad sampling settings (temperature >= 0, top_k >= 0, top_p in (0, 1], "
                                             "min_p in [0, 1], repeat_penalty > 0)"), -1;
     const int B = s->pool->block_size;
@@ -313,6 +322,7 @@ int64_t sched_submit(sched *s, const int32_t *prompt, int n_prompt, const sched_
         x->state = SQ_PARKED;
         x->logit_row = -1;
         if (!(x->toks = malloc((size_t)(n_prompt + r->max_tokens) * sizeof(int32_t)))) goto oom;
+        if (r->embed && !(x->embd = calloc((size_t)s->m->cfg.dim, sizeof(double)))) goto oom;
         memcpy(x->toks, prompt, (size_t)n_prompt * sizeof(int32_t));
         x->n_toks = n_prompt;
     }
@@ -327,7 +337,7 @@ int64_t sched_submit(sched *s, const int32_t *prompt, int n_prompt, const sched_
 oom:
     if (q) {
         if (q->seqs)
-            for (int i = 0; i < n; i++) free(q->seqs[i].toks);
+            for (int i = 0; i < n; i++) free(q->seqs[i].toks), free(q->seqs[i].embd);
         free(q->seqs);
         free(q);
     }
@@ -385,6 +395,7 @@ static void preempt(sched *s, sseq *q) {
     run_remove(s, q);
     kv_free(q->kv);
     q->kv = NULL;
+    if (q->embd) memset(q->embd, 0, (size_t)s->m->cfg.dim * sizeof(double)); /* recomputed from its first token */
     if (q->index == 0 && q->req->forks_reserved) { /* forks come after its re-prefill */
         s->reserved_slots -= q->req->n - 1;
         q->req->forks_reserved = false;
@@ -398,8 +409,8 @@ static void add_segment(sched *s, sseq *q, int n) {
     kvant_code rc = kv_reserve(q->kv, n, &st); /* fits: checked by the caller */
     CORE_ASSERT(rc == KVANT_OK);
     const int at = q->kv->n_pos;
-    s->seg[s->n_seg] = (model_segment){q->kv, q->toks + at, n, n == pending(q) ? MODEL_LOGITS_LAST
-                                                                               : MODEL_LOGITS_NONE};
+    const bool last = n == pending(q) && !q->embd;
+    s->seg[s->n_seg] = (model_segment){q->kv, q->toks + at, n, last ? MODEL_LOGITS_LAST : MODEL_LOGITS_NONE, q->embd};
     s->seg_seq[s->n_seg++] = q;
     q->batch_n = n;
     s->batch_T += n;
@@ -419,7 +430,7 @@ static bool admit(sched *s) {
     const int64_t need = (q->n_toks + B - 1) / B, avail = kv_pool_n_available(s->pool);
     if (avail < need + slots && !(s->n_run == 0 && avail >= need)) return false;
     kvant_status st;
-    if (!q->smp) {
+    if (!q->smp && !q->embd) { /* an embedding samples nothing */
         const sample_params *sp = &r->r.sampling;
         sample_params p = *sp;
         p.seed += (uint64_t)q->index;
@@ -427,7 +438,8 @@ static bool admit(sched *s) {
         for (int i = 0; i < q->n_toks; i++) sampler_accept(q->smp, q->toks[i]);
     }
     if (!(q->kv = model_kv_store_new(s->m, s->pool, s->lpool, s->p.max_batch_tokens, false, &st))) return false;
-    const int hit = s->p.prefix_cache ? kv_prefix_match_tokens(q->kv, q->toks, q->n_toks) : 0;
+    /* an embedding needs every token's hidden state: no prefix-cache skip */
+    const int hit = s->p.prefix_cache && !q->embd ? kv_prefix_match_tokens(q->kv, q->toks, q->n_toks) : 0;
     if (q->index == 0 && !r->admitted) {
         r->n_cached = hit;
         r->admitted = true;
@@ -606,6 +618,15 @@ void sched_finish(sched *s, kvant_code rc, double step_ms) {
     for (int i = 0; i < s->n_seg; i++) {
         sseq *q = s->seg_seq[i];
         q->batch_n = 0;
+        if (q->embd && pending(q) == 0 && !q->req->cancelled) { /* the whole prompt pooled */
+            sched_event e = event_of(q, -1, SCHED_FINISH_EMBEDDING);
+            if ((e.embedding = malloc((size_t)s->m->cfg.dim * sizeof(float))))
+                model_embd_finish(s->m, q->embd, q->n_toks, e.embedding);
+            else e.finish = SCHED_FINISH_ERROR;
+            push_event(s, &e);
+            seq_done(s, q);
+            continue;
+        }
         if (q->logit_row < 0 || q->req->cancelled) continue;
         float *row = s->logits + (size_t)q->logit_row * s->V;
         q->logit_row = -1;

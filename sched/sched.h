@@ -66,6 +66,7 @@ typedef struct {
     int n;                     /* samples (0: 1) */
     bool ignore_eos;
     int logprobs;              /* 0..SCHED_MAX_LOGPROBS */
+    bool embed;                /* the prompt's pooled embedding, no tokens (n 1, max_tokens 0) */
 } sched_request;
 
 typedef enum {
@@ -74,6 +75,7 @@ typedef enum {
     SCHED_FINISH_EOS,
     SCHED_FINISH_CANCELLED,
     SCHED_FINISH_ERROR,
+    SCHED_FINISH_EMBEDDING,    /* an embed request's one event: embedding holds it */
 } sched_end;
 
 typedef struct {
@@ -86,6 +88,7 @@ typedef struct {
     float top_logprobs[SCHED_MAX_LOGPROBS];
     sched_end finish;
     int n_prompt, n_generated, n_cached;
+    float *embedding;          /* SCHED_FINISH_EMBEDDING: [dim], malloc'd; the popper owns it */
 } sched_event;
 
 typedef struct {
