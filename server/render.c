@@ -1,0 +1,268 @@
+/* render.c - what a request's events become: text (detokenized, stop
+ * strings matched across token boundaries, incomplete UTF-8 withheld) and
+ * the OpenAI JSON around it: completion and chat bodies, SSE chunks,
+ * logprobs, usage. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/srv_internal.h"
+
+/* valid UTF-8 copy (invalid bytes and NUL become U+FFFD) */
+static char *utf8_fix(const char *s, size_t n) {
+    char *o = malloc(n * 3 + 1), *p = o;
+    if (!o) return NULL;
+    for (size_t i = 0; i < n;) {
+        const unsigned char b = (unsigned char)s[i];
+        size_t len = b == 0 ? 0 : b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
+        bool ok = len > 0 && i + len <= n;
+        for (size_t k = 1; ok && k < len; k++) ok = ((unsigned char)s[i + k] & 0xC0) == 0x80;
+        if (ok && len == 2 && b < 0xC2) ok = false;
+        if (ok) {
+            memcpy(p, s + i, len);
+            p += len;
+            i += len;
+        } else {
+            memcpy(p, "\xEF\xBF\xBD", 3);
+            p += 3;
+            i++;
+        }
+    }
+    *p = 0;
+    return o;
+}
+
+cJSON *srv_str_json(const char *s, size_t n) {
+    char *f = utf8_fix(s, n);
+    cJSON *j = cJSON_CreateString(f ? f : "");
+    free(f);
+    return j;
+}
+
+/* ---- events -> text ---------------------------------------------------------- */
+static void lp_add(sreq *r, choice *c, const kvant_event *ev, int32_t prev, size_t offset) {
+    srv *s = r->s;
+    char piece[256];
+    if (!c->lp) {
+        c->lp = cJSON_CreateObject();
+        if (r->chat) cJSON_AddArrayToObject(c->lp, "content");
+        else {
+            cJSON_AddArrayToObject(c->lp, "tokens");
+            cJSON_AddArrayToObject(c->lp, "token_logprobs");
+            cJSON_AddArrayToObject(c->lp, "top_logprobs");
+            cJSON_AddArrayToObject(c->lp, "text_offset");
+        }
+    }
+    int n = kvant_token_to_piece(s->m, prev, ev->token, piece, sizeof piece);
+    const int n_top = ev->n_top < r->logprobs ? ev->n_top : r->logprobs;
+    if (r->chat) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "token", srv_str_json(piece, (size_t)n));
+        cJSON_AddNumberToObject(o, "logprob", ev->logprob);
+        cJSON_AddNullToObject(o, "bytes");
+        cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs");
+        for (int i = 0; i < n_top; i++) {
+            cJSON *t = cJSON_CreateObject();
+            int m = kvant_token_to_piece(s->m, prev, ev->top_tokens[i], piece, sizeof piece);
+            cJSON_AddItemToObject(t, "token", srv_str_json(piece, (size_t)m));
+            cJSON_AddNumberToObject(t, "logprob", ev->top_logprobs[i]);
+            cJSON_AddNullToObject(t, "bytes");
+            cJSON_AddItemToArray(tops, t);
+        }
+        cJSON_AddItemToArray(cJSON_GetObjectItem(c->lp, "content"), o);
+    } else {
+        cJSON_AddItemToArray(cJSON_GetObjectItem(c->lp, "tokens"), srv_str_json(piece, (size_t)n));
+        cJSON_AddItemToArray(cJSON_GetObjectItem(c->lp, "token_logprobs"), cJSON_CreateNumber(ev->logprob));
+        cJSON *tops = cJSON_CreateObject();
+        for (int i = 0; i < n_top; i++) {
+            int m = kvant_token_to_piece(s->m, prev, ev->top_tokens[i], piece, sizeof piece);
+            char *k = utf8_fix(piece, (size_t)m);
+            if (k && !cJSON_GetObjectItem(tops, k)) cJSON_AddNumberToObject(tops, k, ev->top_logprobs[i]);
+            free(k);
+        }
+        cJSON_AddItemToArray(cJSON_GetObjectItem(c->lp, "top_logprobs"), tops);
+        cJSON_AddItemToArray(cJSON_GetObjectItem(c->lp, "text_offset"), cJSON_CreateNumber((double)offset));
+    }
+}
+
+static const char *finish_name(kvant_finish f) {
+    switch (f) {
+    case KVANT_FINISH_LENGTH: return "length";
+    case KVANT_FINISH_EOS: return "stop";
+    case KVANT_FINISH_CANCELLED: return "abort";
+    default: return "error";
+    }
+}
+
+static void out_put(sreq *r, const char *s, size_t n) {
+    if (r->out_len + n > r->out_cap) {
+        size_t cap = r->out_cap ? r->out_cap : 1024;
+        while (cap < r->out_len + n) cap *= 2;
+        char *p = realloc(r->out, cap);
+        if (!p) {
+            r->oom = true;
+            return;
+        }
+        r->out = p;
+        r->out_cap = cap;
+    }
+    memcpy(r->out + r->out_len, s, n);
+    r->out_len += n;
+}
+
+static void sse_put(sreq *r, cJSON *j) {
+    char *t = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!t) {
+        r->oom = true;
+        return;
+    }
+    out_put(r, "data: ", 6);
+    out_put(r, t, strlen(t));
+    out_put(r, "\n\n", 2);
+    free(t);
+}
+
+static cJSON *chunk_head(sreq *r) {
+    cJSON *j = cJSON_CreateObject();
+    char id[64];
+    snprintf(id, sizeof id, "%s-%lld", r->chat ? "chatcmpl" : "cmpl", (long long)r->id);
+    cJSON_AddStringToObject(j, "id", id);
+    cJSON_AddStringToObject(j, "object", r->chat ? (r->stream ? "chat.completion.chunk" : "chat.completion")
+                                                 : "text_completion");
+    cJSON_AddNumberToObject(j, "created", (double)r->created);
+    cJSON_AddStringToObject(j, "model", r->s->model_id);
+    return j;
+}
+
+static cJSON *usage_json(sreq *r) {
+    int gen = 0;
+    for (int i = 0; i < r->n; i++) gen += r->ch[i].n_tokens;
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", r->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", gen);
+    cJSON_AddNumberToObject(u, "total_tokens", r->n_prompt + gen);
+    return u;
+}
+
+/* Advances choice i's text past what arrived: stop strings, finish reason;
+ * for streams appends one SSE chunk with the new text. */
+static void advance(sreq *r, int i) {
+    choice *c = &r->ch[i];
+    if (c->reason) return;
+    const bool final = c->engine_finish != KVANT_FINISH_NONE;
+    const size_t end = srv_text_scan(&c->text, (const char *const *)r->stops, r->n_stops, final);
+    if (c->text.stopped) c->reason = "stop";
+    else if (final) c->reason = finish_name(c->engine_finish);
+    if (!r->stream) {
+        c->text.sent = end;
+        return;
+    }
+    if (end == c->text.sent && !c->lp && !c->reason) return;
+    cJSON *j = chunk_head(r), *arr = cJSON_AddArrayToObject(j, "choices"), *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "index", i);
+    cJSON *txt = srv_str_json(c->text.buf ? c->text.buf + c->text.sent : "", end - c->text.sent);
+    if (r->chat) {
+        cJSON *d = cJSON_AddObjectToObject(o, "delta");
+        if (!r->role_sent) cJSON_AddStringToObject(d, "role", "assistant");
+        if (end > c->text.sent || !c->reason) cJSON_AddItemToObject(d, "content", txt);
+        else cJSON_Delete(txt);
+    } else
+        cJSON_AddItemToObject(o, "text", txt);
+    if (c->lp) cJSON_AddItemToObject(o, "logprobs", c->lp), c->lp = NULL;
+    else cJSON_AddNullToObject(o, "logprobs");
+    if (c->reason) cJSON_AddStringToObject(o, "finish_reason", c->reason), c->reason_sent = true;
+    else cJSON_AddNullToObject(o, "finish_reason");
+    cJSON_AddItemToArray(arr, o);
+    sse_put(r, j);
+    r->role_sent = r->n == 1; /* with n > 1 every choice's first chunk names the role */
+    c->text.sent = end;
+}
+
+void srv_drain(sreq *r) {
+    srv *s = r->s;
+    pthread_mutex_lock(&r->mu);
+    kvant_event *evs = r->q;
+    const int n_ev = r->q_len;
+    r->q = r->w;
+    const int qc = r->q_cap;
+    r->q_cap = r->w_cap;
+    r->w = evs;
+    r->w_cap = qc;
+    r->q_len = 0;
+    const bool oom = r->oom;
+    pthread_mutex_unlock(&r->mu);
+
+    bool touched[SRV_MAX_N] = {0};
+    for (int k = 0; k < n_ev; k++) {
+        const kvant_event *ev = &evs[k];
+        if (ev->index < 0 || ev->index >= r->n) continue;
+        choice *c = &r->ch[ev->index];
+        if (c->reason) continue;
+        touched[ev->index] = true;
+        if (ev->token >= 0) {
+            char piece[256];
+            const int len = kvant_token_to_piece(s->m, c->prev, ev->token, piece, sizeof piece);
+            if (r->logprobs >= 0) lp_add(r, c, ev, c->prev, c->text.len);
+            srv_text_append(&c->text, piece, (size_t)(len > 0 ? len : 0));
+            c->prev = ev->token;
+            c->n_tokens++;
+        }
+        if (ev->finish != KVANT_FINISH_NONE) c->engine_finish = ev->finish;
+        if (r->stream) advance(r, ev->index);
+    }
+    if (oom)
+        for (int i = 0; i < r->n; i++)
+            if (!r->ch[i].reason) r->ch[i].engine_finish = KVANT_FINISH_ERROR, touched[i] = true;
+    bool all = true;
+    for (int i = 0; i < r->n; i++) {
+        if (touched[i]) advance(r, i);
+        if (!r->ch[i].reason) all = false;
+    }
+    if (all && !r->all_finished) {
+        r->all_finished = true;
+        pthread_mutex_lock(&r->mu);
+        const bool cancel = !r->engine_done && !r->cancel_sent;
+        r->cancel_sent = true;
+        pthread_mutex_unlock(&r->mu);
+        if (cancel) kvant_engine_cancel(s->e, r->id); /* stop strings: free the blocks now */
+        int gen = 0;
+        for (int i = 0; i < r->n; i++) gen += r->ch[i].n_tokens;
+        pthread_mutex_lock(&s->mt.mu);
+        s->mt.req_ok++;
+        s->mt.prompt_tokens += (uint64_t)r->n_prompt;
+        s->mt.gen_tokens += (uint64_t)gen;
+        pthread_mutex_unlock(&s->mt.mu);
+        if (r->stream) {
+            if (r->include_usage) {
+                cJSON *j = chunk_head(r);
+                cJSON_AddArrayToObject(j, "choices");
+                cJSON_AddItemToObject(j, "usage", usage_json(r));
+                sse_put(r, j);
+            }
+            out_put(r, "data: [DONE]\n\n", 14);
+        }
+    }
+}
+
+cJSON *srv_render_final(sreq *r) {
+    cJSON *j = chunk_head(r), *arr = cJSON_AddArrayToObject(j, "choices");
+    for (int i = 0; i < r->n; i++) {
+        choice *ch = &r->ch[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "index", i);
+        cJSON *txt = srv_str_json(ch->text.buf ? ch->text.buf : "", ch->text.len);
+        if (r->chat) {
+            cJSON *msg = cJSON_AddObjectToObject(o, "message");
+            cJSON_AddStringToObject(msg, "role", "assistant");
+            cJSON_AddItemToObject(msg, "content", txt);
+        } else
+            cJSON_AddItemToObject(o, "text", txt);
+        if (ch->lp) cJSON_AddItemToObject(o, "logprobs", ch->lp), ch->lp = NULL;
+        else cJSON_AddNullToObject(o, "logprobs");
+        cJSON_AddStringToObject(o, "finish_reason", ch->reason);
+        cJSON_AddItemToArray(arr, o);
+    }
+    cJSON_AddItemToObject(j, "usage", usage_json(r));
+    return j;
+}

@@ -1,0 +1,178 @@
+/* srv_internal.h - what the server's files share, internal to server/
+ * (server.h is what the rest of kvant sees).
+ *
+ * One file per job:
+ *   http.c         libmicrohttpd: callbacks, routing, API key, the send
+ *                  helpers, the chat page, start / stop;
+ *   validate.c     a JSON body -> a parsed request (one function per
+ *                  endpoint), every field checked, prompt tokenized;
+ *   engine_loop.c  requests' lifetime, submission, the engine thread that
+ *                  steps the engine and routes events to their requests;
+ *   render.c       events -> text (stop strings, UTF-8) -> the response
+ *                  JSON and SSE chunks: completion and chat bodies, chunks,
+ *                  logprobs, usage.
+ *
+ * Flow of a request: the access handler collects the body, validates it
+ * (which tokenizes), submits it to the engine and suspends the connection.
+ * The engine thread steps the engine and appends each event to its
+ * request's queue (found in the registry by id), resuming the connection
+ * when there is something to send.  The resumed handler (or, for streams,
+ * the content reader) drains the queue into text: detokenized, stop strings
+ * matched across token boundaries, incomplete UTF-8 withheld.  When the
+ * client goes away (libmicrohttpd's completion callback) an unfinished
+ * request is cancelled, which frees its KV blocks before the next step. */
+#ifndef KVANT_SERVER_INTERNAL_H
+#define KVANT_SERVER_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "server/metrics.h"
+#include "server/server.h"
+
+#define SRV_MAX_N 16       /* most samples per request */
+#define SRV_MAX_STOPS 16
+#define SRV_MAX_STOP_LEN 256
+#define SRV_EVENTS 4096    /* events taken per engine step call */
+
+/* one of a request's n samples, as the consumer sees it */
+typedef struct {
+    srv_text text;
+    int n_tokens;
+    int32_t prev;
+    kvant_finish engine_finish;
+    const char *reason;     /* finish_reason once finished, else NULL */
+    bool reason_sent;
+    cJSON *lp;              /* pending logprobs (stream: per chunk; else all) */
+} choice;
+
+/* A request between submission and its last byte.  Two references: the
+ * connection's (conn_ctx.req) and the registry's (until the engine reports
+ * every sample finished).  The queue fields are the engine thread's and the
+ * consumer's (under mu); the rest belongs to the consumer (the
+ * connection's handler / content reader). */
+typedef struct sreq {
+    struct srv *s;
+    pthread_mutex_t mu;
+    int refs;               /* atomic: the connection + the registry */
+    int64_t id;
+    bool chat, stream, include_usage;
+    int n;
+    choice ch[SRV_MAX_N];
+    char *stops[SRV_MAX_STOPS];
+    int n_stops;
+    int logprobs;           /* -1: off; else top alternatives per token */
+    int n_prompt;
+    int32_t last_prompt_tok;
+    int64_t created;
+    /* engine -> consumer queue (mu) */
+    kvant_event *q;
+    int q_len, q_cap;
+    kvant_event *w;         /* the consumer's batch, swapped with q */
+    int w_cap;
+    int n_engine_finished;
+    bool engine_done, http_gone, suspended, cancel_sent, all_finished;
+    struct MHD_Connection *conn;
+    double t_arrive, t_first, t_last;
+    int gen_total;
+    /* SSE bytes not yet handed to libmicrohttpd */
+    char *out;
+    size_t out_len, out_cap, out_pos;
+    bool done_written, role_sent, oom;
+} sreq;
+
+/* per connection: the body as it arrives, then its request */
+typedef struct {
+    char *body;
+    size_t len, cap;
+    bool too_big;
+    sreq *req;
+    double t0;
+    int status;
+} conn_ctx;
+
+struct srv {
+    kvant_model *m;
+    kvant_model_info info;
+    kvant_engine *e;
+    srv_params p;
+    char model_id[256];
+    char *api_key;
+    int max_ctx;
+    kvant_chat_template chat_kind;
+    struct MHD_Daemon *d;
+    int port;
+    pthread_t engine_thread;
+    _Atomic int engine_stop;   /* set by the stopping thread, read by the engine loop */
+    _Atomic int draining;      /* set on SIGTERM, read by the request threads */
+    pthread_mutex_t reg_mu;
+    sreq **reg;
+    int reg_len, reg_cap;
+    srv_metrics mt;
+    int64_t t_start;
+    uint64_t seed_ctr;
+    kvant_event *evbuf;
+    char ui_etag[32];          /* the chat page's ETag (server/ui.c) */
+};
+
+/* A refused request: the HTTP status (400 unless set), the field it names
+ * (param, NULL: none), OpenAI's error code (NULL: none) and the message. */
+typedef struct {
+    int status;
+    const char *param;
+    const char *code;
+    char msg[512];
+} verr;
+
+/* A validated generation request, ready to submit. */
+typedef struct {
+    char *text;             /* prompt text (malloc'd) or NULL when ids */
+    int32_t *ids;           /* token ids given directly */
+    int n_ids;
+    int32_t *tok;           /* the prompt's tokens (malloc'd), n_prompt of them */
+    int n_prompt;
+    kvant_request req;
+    bool stream, include_usage;
+    int logprobs;
+    char *stops[SRV_MAX_STOPS];
+    int n_stops;
+    bool has_max_tokens;
+} parsed;
+
+/* ---- http.c ------------------------------------------------------------------ */
+void srv_log(kvant_log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- validate.c: one function per endpoint ----------------------------------- *
+ * Each reads the body object j into *p; false + *v when the request is
+ * refused.  p is freed with srv_parsed_free either way. */
+bool srv_validate_completion(srv *s, cJSON *j, parsed *p, verr *v);   /* POST /v1/completions */
+bool srv_validate_chat(srv *s, cJSON *j, parsed *p, verr *v);         /* POST /v1/chat/completions */
+bool srv_validate_apply_template(srv *s, cJSON *j, parsed *p, verr *v); /* POST /apply-template: p->text */
+void srv_parsed_free(parsed *p);
+
+/* ---- engine_loop.c ------------------------------------------------------------ */
+void *srv_engine_main(void *arg);   /* the engine thread */
+/* Submits p (its prompt tokens and stop strings move into the request) for
+ * connection c; the request is registered before the engine can report on
+ * it.  NULL + st when the engine refuses (KVANT_ERR_FULL: queue full). */
+sreq *srv_req_submit(srv *s, parsed *p, bool chat, struct MHD_Connection *c, double t_arrive, kvant_status *st);
+void srv_req_unref(sreq *r);
+/* the connection is gone: cancel r if it is unfinished, drop its reference */
+void srv_req_hangup(sreq *r);
+int srv_reg_count(srv *s);          /* requests the engine still runs */
+void srv_reg_cancel_all(srv *s);
+
+/* ---- render.c ------------------------------------------------------------------ */
+/* Takes the queued events and advances every choice's text; for streams,
+ * appends SSE chunks to r->out (one per token, and [DONE] at the end).
+ * Sets r->all_finished when every choice has its finish reason. */
+void srv_drain(sreq *r);
+/* the whole (non-streamed) response body of a finished request */
+cJSON *srv_render_final(sreq *r);
+/* a JSON string of s[0..n) made valid UTF-8 (bad bytes become U+FFFD) */
+cJSON *srv_str_json(const char *s, size_t n);
+
+#endif
