@@ -28,7 +28,14 @@ struct kvant_kv_pool {
 
 struct kvant_sampler {
     sampler *s;
+    bool sampled;     /* kvant_sampler_sample ran: accepted tokens are generated ones */
 };
+
+/* sample/'s settings for a public kvant_sampling.  *bias: a malloc'd copy of
+ * its logit bias (NULL when there is none; sample/ and sched/ copy it again,
+ * so the caller frees it after the call that takes *out).  false + st:
+ * KVANT_ERR_ARG (n_logit_bias < 0, or > 0 with no array), KVANT_ERR_NOMEM. */
+bool api_sample_params(const kvant_sampling *p, sample_params *out, sample_bias **bias, kvant_status *st);
 
 /* the kern_type of a public KV cache type; -1 for a value out of range */
 int api_kv_type(kvant_kv_type t);

@@ -20,10 +20,6 @@ _Static_assert((int)SCHED_FINISH_ERROR == (int)KVANT_FINISH_ERROR && (int)SCHED_
                    (int)SCHED_FINISH_EMBEDDING == (int)KVANT_FINISH_EMBEDDING,
                "sched/ numbers the finish reasons as the API");
 
-static sample_params sample_params_of(const kvant_sampling *s) {
-    return (sample_params){s->temperature, s->top_k, s->top_p, s->min_p, s->repeat_penalty, s->repeat_last_n, s->seed};
-}
-
 static kvant_event event_of(const sched_event *e) {
     kvant_event o = {.id = e->id, .index = e->index, .token = e->token, .logprob = e->logprob, .n_top = e->n_top,
                      .finish = (kvant_finish)e->finish, .n_prompt = e->n_prompt, .n_generated = e->n_generated,
@@ -115,12 +111,15 @@ void kvant_engine_free(kvant_engine *e) {
 int64_t kvant_engine_submit(kvant_engine *e, const int32_t *prompt, int n_prompt, const kvant_request *r,
                             kvant_status *st) {
     if (!r) return core_fail(st, KVANT_ERR_ARG, "no request settings"), -1;
-    const sched_request sr = {.sampling = sample_params_of(&r->sampling), .max_tokens = r->max_tokens, .n = r->n,
-                              .ignore_eos = r->ignore_eos, .logprobs = r->logprobs, .embed = r->embed};
+    sched_request sr = {.max_tokens = r->max_tokens, .n = r->n, .ignore_eos = r->ignore_eos,
+                        .logprobs = r->logprobs, .embed = r->embed};
+    sample_bias *bias;
+    if (!api_sample_params(&r->sampling, &sr.sampling, &bias, st)) return -1;
     pthread_mutex_lock(&e->mu);
-    const int64_t id = sched_submit(e->s, prompt, n_prompt, &sr, st);
+    const int64_t id = sched_submit(e->s, prompt, n_prompt, &sr, st); /* copies the bias */
     if (id > 0) pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
+    free(bias);
     return id;
 }
 

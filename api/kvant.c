@@ -336,15 +336,34 @@ kvant_sampling kvant_sampling_default(void) {
                             .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0};
 }
 
+bool api_sample_params(const kvant_sampling *p, sample_params *out, sample_bias **bias, kvant_status *st) {
+    *bias = NULL;
+    *out = (sample_params){.temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p, .min_p = p->min_p,
+                           .repeat_penalty = p->repeat_penalty, .repeat_last_n = p->repeat_last_n, .seed = p->seed,
+                           .presence_penalty = p->presence_penalty, .frequency_penalty = p->frequency_penalty};
+    if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && !p->logit_bias))
+        return core_fail(st, KVANT_ERR_ARG, "n_logit_bias %d without a logit_bias array", p->n_logit_bias), false;
+    if (p->n_logit_bias == 0) return true;
+    if (!(*bias = malloc((size_t)p->n_logit_bias * sizeof **bias)))
+        return core_fail(st, KVANT_ERR_NOMEM, "out of memory"), false;
+    for (int i = 0; i < p->n_logit_bias; i++) (*bias)[i] = (sample_bias){p->logit_bias[i].token, p->logit_bias[i].bias};
+    out->bias = *bias;
+    out->n_bias = p->n_logit_bias;
+    return true;
+}
+
 kvant_sampler *kvant_sampler_new(const kvant_sampling *p, int vocab_size, kvant_status *st) {
-    const sample_params sp = {p->temperature, p->top_k, p->top_p, p->min_p, p->repeat_penalty, p->repeat_last_n,
-                              p->seed};
+    sample_params sp;
+    sample_bias *bias;
+    if (!api_sample_params(p, &sp, &bias, st)) return NULL;
     kvant_sampler *ks = calloc(1, sizeof *ks);
     if (!ks) {
+        free(bias);
         core_fail(st, KVANT_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    ks->s = sampler_new(&sp, vocab_size, st);
+    ks->s = sampler_new(&sp, vocab_size, st); /* copies the bias */
+    free(bias);
     if (!ks->s) {
         free(ks);
         return NULL;
@@ -358,5 +377,12 @@ void kvant_sampler_free(kvant_sampler *ks) {
     free(ks);
 }
 
-int32_t kvant_sampler_sample(kvant_sampler *ks, float *logits) { return sampler_sample(ks->s, logits); }
-void kvant_sampler_accept(kvant_sampler *ks, int32_t token) { sampler_accept(ks->s, token); }
+int32_t kvant_sampler_sample(kvant_sampler *ks, float *logits) {
+    ks->sampled = true;
+    return sampler_sample(ks->s, logits);
+}
+
+/* before the first sample: the prompt (see include/kvant_infer.h) */
+void kvant_sampler_accept(kvant_sampler *ks, int32_t token) {
+    (ks->sampled ? sampler_accept : sampler_accept_prompt)(ks->s, token);
+}

@@ -190,15 +190,39 @@ kvant_code kvant_forward(kvant_seq *s, const int32_t *tokens, int n, float *logi
  * batched with other work in the engine (kvant_request.embed). */
 kvant_code kvant_embed(kvant_seq *s, const int32_t *tokens, int n, float *out, kvant_status *st);
 
-/* ---- sampling --------------------------------------------------------- */
+/* ---- sampling ---------------------------------------------------------
+ * The chain: logit bias -> repetition penalty -> presence / frequency
+ * penalties -> top-k -> top-p -> min-p -> temperature -> a seeded draw
+ * (temperature 0: the argmax after the bias and penalties).  Zero is "off"
+ * for every field added after seed, so a struct from an older caller that
+ * zero-fills them samples as before. */
+typedef struct {
+    int32_t token;          /* a vocabulary id */
+    float bias;             /* added to its logit (finite; OpenAI's range is [-100, 100]) */
+} kvant_logit_bias;
+
 typedef struct {
     float temperature;     /* 0: greedy */
     int top_k;             /* 0: off */
     float top_p;           /* 1: off */
     float min_p;           /* 0: off */
-    float repeat_penalty;  /* 1: off */
+    float repeat_penalty;  /* 1: off.  llama.cpp's rule over the last repeat_last_n tokens,
+                              prompt included: a positive logit divided by it, a negative one
+                              multiplied, once per distinct token */
     int repeat_last_n;     /* window for the penalty */
     uint64_t seed;
+    float presence_penalty;  /* 0: off.  OpenAI's: subtracted from the logit of every token
+                                generated before in this sample (the prompt does not count;
+                                no window) */
+    float frequency_penalty; /* 0: off.  OpenAI's: subtracted once per time the token was
+                                generated before in this sample; together
+                                logit -= frequency * count + presence * (count > 0) */
+    const kvant_logit_bias *logit_bias; /* NULL: none; n_logit_bias entries, each added to its
+                                token's logit before everything else (entries for one token add
+                                up; -100 all but bans it, +100 all but forces it).  Copied by
+                                kvant_sampler_new and kvant_engine_submit: the caller's array
+                                need not outlive the call */
+    int n_logit_bias;
 } kvant_sampling;
 
 kvant_sampling kvant_sampling_default(void);
@@ -207,7 +231,10 @@ typedef struct kvant_sampler kvant_sampler;
 kvant_sampler *kvant_sampler_new(const kvant_sampling *p, int vocab_size, kvant_status *st);
 void kvant_sampler_free(kvant_sampler *s);
 /* Picks the next token from logits (modified in place); `accept` records
- * a token in the penalty history (prompt tokens included). */
+ * a token in the penalty history.  Tokens accepted before the first
+ * kvant_sampler_sample are the prompt (the repetition penalty sees them,
+ * presence / frequency do not); tokens accepted after it are generated
+ * (both see them).  The engine counts the same way. */
 int32_t kvant_sampler_sample(kvant_sampler *s, float *logits);
 void kvant_sampler_accept(kvant_sampler *s, int32_t token);
 

@@ -18,6 +18,10 @@ struct sampler {
     float *w;           /* n_vocab floats: exps */
     int32_t *history;   /* ring buffer of the last repeat_last_n tokens */
     int n_hist, hist_pos;
+    sample_bias *bias;  /* [p.n_bias], the caller's copied */
+    int32_t *counts;    /* [n_vocab] times generated; NULL when presence and frequency are 0 */
+    int32_t *seen;      /* [n_vocab] the distinct generated tokens, in first-seen order */
+    int n_seen;
     uint64_t rng;
 };
 
@@ -46,6 +50,17 @@ sampler *sampler_new(const sample_params *p, int vocab_size, kvant_status *st) {
         core_fail(st, KVANT_ERR_ARG, "sampler: top_p must be in (0, 1], min_p in [0, 1], repeat_penalty > 0");
         return NULL;
     }
+    if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty) || p->n_bias < 0 ||
+        (p->n_bias > 0 && !p->bias)) {
+        core_fail(st, KVANT_ERR_ARG, "sampler: presence and frequency penalties must be finite");
+        return NULL;
+    }
+    for (int i = 0; i < p->n_bias; i++)
+        if (p->bias[i].token < 0 || p->bias[i].token >= vocab_size || !isfinite(p->bias[i].bias)) {
+            core_fail(st, KVANT_ERR_ARG, "sampler: logit bias for token %d (vocabulary %d) must be finite",
+                      (int)p->bias[i].token, vocab_size);
+            return NULL;
+        }
     sampler *s = calloc(1, sizeof *s);
     if (!s) goto oom;
     s->p = *p;
@@ -54,6 +69,16 @@ sampler *sampler_new(const sample_params *p, int vocab_size, kvant_status *st) {
     s->w = malloc((size_t)vocab_size * sizeof *s->w);
     s->history = malloc((size_t)(p->repeat_last_n > 0 ? p->repeat_last_n : 1) * sizeof *s->history);
     if (!s->cands || !s->w || !s->history) goto oom;
+    if (p->n_bias > 0) {
+        if (!(s->bias = malloc((size_t)p->n_bias * sizeof *s->bias))) goto oom;
+        memcpy(s->bias, p->bias, (size_t)p->n_bias * sizeof *s->bias);
+    }
+    s->p.bias = s->bias;
+    if (p->presence_penalty != 0 || p->frequency_penalty != 0) {
+        s->counts = calloc((size_t)vocab_size, sizeof *s->counts);
+        s->seen = malloc((size_t)vocab_size * sizeof *s->seen);
+        if (!s->counts || !s->seen) goto oom;
+    }
     /* splitmix64 of the seed, so seeds 0, 1, 2 ... give unrelated streams */
     s->rng = core_mix64(p->seed) | 1;
     return s;
@@ -68,14 +93,42 @@ void sampler_free(sampler *s) {
     free(s->cands);
     free(s->w);
     free(s->history);
+    free(s->bias);
+    free(s->counts);
+    free(s->seen);
     free(s);
 }
 
-void sampler_accept(sampler *s, int32_t token) {
+void sampler_accept_prompt(sampler *s, int32_t token) {
     if (s->p.repeat_last_n <= 0) return;
     s->history[s->hist_pos] = token;
     s->hist_pos = (s->hist_pos + 1) % s->p.repeat_last_n;
     if (s->n_hist < s->p.repeat_last_n) s->n_hist++;
+}
+
+void sampler_accept(sampler *s, int32_t token) {
+    sampler_accept_prompt(s, token);
+    if (!s->counts || token < 0 || token >= s->n_vocab) return;
+    if (s->counts[token]++ == 0) s->seen[s->n_seen++] = token;
+}
+
+void sample_adjust_ref(const sample_params *p, float *logits, int V, const int32_t *ctx, int n_ctx,
+                       const int32_t *gen, int n_gen) {
+    for (int i = 0; i < p->n_bias; i++) logits[p->bias[i].token] += p->bias[i].bias;
+    /* repetition: the last repeat_last_n of ctx ++ gen, each distinct token once */
+    const int n_all = n_ctx + n_gen, from = n_all > p->repeat_last_n ? n_all - p->repeat_last_n : 0;
+    if (p->repeat_penalty != 1.0f)
+        for (int v = 0; v < V; v++) {
+            bool in = false;
+            for (int i = from; i < n_all && !in; i++) in = (i < n_ctx ? ctx[i] : gen[i - n_ctx]) == v;
+            if (in) logits[v] = logits[v] > 0 ? logits[v] / p->repeat_penalty : logits[v] * p->repeat_penalty;
+        }
+    /* presence / frequency: every generated token, the prompt not counted */
+    for (int v = 0; v < V; v++) {
+        int c = 0;
+        for (int i = 0; i < n_gen; i++) c += gen[i] == v;
+        if (c) logits[v] -= p->frequency_penalty * (float)c + p->presence_penalty;
+    }
 }
 
 /* llama.cpp's rule: a seen token's positive logit is divided by the
@@ -90,6 +143,18 @@ static void apply_penalty(sampler *s, float *logits) {
             if (s->history[j] == t) { first = false; break; }
         if (!first) continue;
         logits[t] = logits[t] > 0 ? logits[t] / s->p.repeat_penalty : logits[t] * s->p.repeat_penalty;
+    }
+}
+
+/* the logit bias, then the repetition penalty, then presence / frequency
+ * over the distinct generated tokens (O(n_bias + window^2 + distinct), not
+ * O(vocabulary)) */
+static void adjust(sampler *s, float *logits) {
+    for (int i = 0; i < s->p.n_bias; i++) logits[s->bias[i].token] += s->bias[i].bias;
+    apply_penalty(s, logits);
+    for (int i = 0; i < s->n_seen; i++) {
+        const int32_t t = s->seen[i];
+        logits[t] -= s->p.frequency_penalty * (float)s->counts[t] + s->p.presence_penalty;
     }
 }
 
@@ -201,7 +266,7 @@ static int support(sampler *s, const float *logits, bool *all, float *max_out) {
 }
 
 int32_t sampler_sample(sampler *s, float *logits) {
-    apply_penalty(s, logits);
+    adjust(s, logits);
     if (s->p.temperature <= 0.0f) return sample_argmax(logits, s->n_vocab);
     bool all;
     float max;
@@ -221,7 +286,7 @@ int32_t sampler_sample(sampler *s, float *logits) {
 }
 
 int sampler_support(sampler *s, float *logits, int32_t *ids) {
-    apply_penalty(s, logits);
+    adjust(s, logits);
     bool all;
     float max;
     const int n = support(s, logits, &all, &max);

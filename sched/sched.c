@@ -45,6 +45,7 @@ struct sched_req {
     bool cancelled;            /* cancel arrived during a forward pass */
     bool failed;               /* its batch failed */
     sseq *seqs;                /* [n] */
+    sample_bias *bias;         /* [r.sampling.n_bias]: the logit bias, copied at submit */
     sched_req *prev, *next;    /* every live request */
 };
 
@@ -174,6 +175,7 @@ static void req_free(sched *s, sched_req *r) {
         free(r->seqs[i].embd);
     }
     free(r->seqs);
+    free(r->bias);
     free(r);
 }
 
@@ -301,6 +303,14 @@ int64_t sched_submit(sched *s, const int32_t *prompt, int n_prompt, const sched_
                       !(sp->temperature >= 0) || sp->top_k < 0))
         return core_fail(st, KVANT_ERR_ARG, "bad sampling settings (temperature >= 0, top_k >= 0, top_p in (0, 1], "
                                             "min_p in [0, 1], repeat_penalty > 0)"), -1;
+    if (!r->embed && (!isfinite(sp->presence_penalty) || !isfinite(sp->frequency_penalty) || sp->n_bias < 0 ||
+                      sp->n_bias > s->V || (sp->n_bias && !sp->bias)))
+        return core_fail(st, KVANT_ERR_ARG, "bad sampling settings (finite presence and frequency penalties, "
+                                            "at most one logit bias per vocabulary entry)"), -1;
+    for (int i = 0; !r->embed && i < sp->n_bias; i++)
+        if (sp->bias[i].token < 0 || sp->bias[i].token >= s->V || !isfinite(sp->bias[i].bias))
+            return core_fail(st, KVANT_ERR_ARG, "logit bias: token %d out of range [0, %d) or bias not finite",
+                             (int)sp->bias[i].token, s->V), -1;
     const int B = s->pool->block_size;
     if ((int64_t)(n_prompt + r->max_tokens + B - 1) / B > s->pool->n_blocks)
         return core_fail(st, KVANT_ERR_ARG, "prompt + max_tokens need more KV blocks than the pool has (%d)",
@@ -311,6 +321,13 @@ int64_t sched_submit(sched *s, const int32_t *prompt, int n_prompt, const sched_
     sched_req *q = calloc(1, sizeof *q);
     if (!q) goto oom;
     q->r = *r;
+    q->r.sampling.bias = NULL; /* the request keeps its own copy (samplers are made at admission) */
+    q->r.sampling.n_bias = r->embed ? 0 : sp->n_bias;
+    if (q->r.sampling.n_bias) {
+        if (!(q->bias = malloc((size_t)sp->n_bias * sizeof *q->bias))) goto oom;
+        memcpy(q->bias, sp->bias, (size_t)sp->n_bias * sizeof *q->bias);
+        q->r.sampling.bias = q->bias;
+    }
     q->n = q->n_open = n;
     q->n_prompt = n_prompt;
     q->seqs = calloc((size_t)n, sizeof *q->seqs);
@@ -339,6 +356,7 @@ oom:
         if (q->seqs)
             for (int i = 0; i < n; i++) free(q->seqs[i].toks), free(q->seqs[i].embd);
         free(q->seqs);
+        free(q->bias);
         free(q);
     }
     return core_fail(st, KVANT_ERR_NOMEM, "out of memory"), -1;
@@ -435,7 +453,8 @@ static bool admit(sched *s) {
         sample_params p = *sp;
         p.seed += (uint64_t)q->index;
         if (!(q->smp = sampler_new(&p, s->V, &st))) return false; /* out of memory: retried later */
-        for (int i = 0; i < q->n_toks; i++) sampler_accept(q->smp, q->toks[i]);
+        for (int i = 0; i < q->n_toks; i++) /* the prompt, then what it generated before */
+            (i < r->n_prompt ? sampler_accept_prompt : sampler_accept)(q->smp, q->toks[i]);
     }
     if (!(q->kv = model_kv_store_new(s->m, s->pool, s->lpool, s->p.max_batch_tokens, false, &st))) return false;
     /* an embedding needs every token's hidden state: no prefix-cache skip */
@@ -592,7 +611,8 @@ static void fork_samples(sched *s, sseq *q0, const float *row) {
             seq_done(s, q);
             continue;
         }
-        for (int k = 0; k < q->n_toks; k++) sampler_accept(q->smp, q->toks[k]);
+        for (int k = 0; k < q->n_toks; k++)
+            (k < r->n_prompt ? sampler_accept_prompt : sampler_accept)(q->smp, q->toks[k]);
         q->state = SQ_RUNNING;
         s->run[s->n_run++] = q;
         memcpy(s->fork_row, row, (size_t)s->V * sizeof(float)); /* each sampler edits its copy */

@@ -61,7 +61,8 @@
  * include/kvant_infer.h documents each field). */
 #define SCHED_MAX_LOGPROBS 8
 typedef struct {
-    sample_params sampling;    /* sample i is seeded sampling.seed + i */
+    sample_params sampling;    /* sample i is seeded sampling.seed + i; the logit bias
+                                  is copied at submit */
     int max_tokens;            /* > 0 */
     int n;                     /* samples (0: 1) */
     bool ignore_eos;

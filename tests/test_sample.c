@@ -1,11 +1,13 @@
 /* test_sample.c - the sampling chain: greedy, seeds, top-k, top-p, min-p,
- * temperature, repetition penalty; draw frequencies against the exact
- * probabilities. */
+ * temperature, repetition penalty, presence / frequency penalties, logit
+ * bias; draw frequencies against the exact probabilities; the bias and
+ * penalties against a hand computation and against the reference path. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "testutil.h"
+#include "kvant.h"
 #include "sample/sample.h"
 
 static sample_params P(float temp, int k, float p, float minp, uint64_t seed) {
@@ -223,6 +225,134 @@ static void test_frequencies_large_vocab(void **state) {
     }
 }
 
+/* Presence / frequency penalties and logit bias, by hand (every value is
+ * exact in binary).  logits {1, 0.5, 2, 3, 0}; prompt {4}; generated
+ * {0, 0, 2}; presence 0.5, frequency 0.25; bias +1.5 on token 1, -100 on 3:
+ *   token 0: 1 - (0.25 * 2 + 0.5)   = 0      (generated twice)
+ *   token 1: 0.5 + 1.5              = 2      (biased; greedy's pick)
+ *   token 2: 2 - (0.25 * 1 + 0.5)   = 1.25   (generated once)
+ *   token 3: 3 - 100                = -97    (the raw argmax, banned)
+ *   token 4: 0                               (in the prompt only: OpenAI
+ *                                             counts generated tokens)
+ * With a repetition penalty of 2 as well (over prompt + generated, after
+ * the bias, before presence / frequency): token 0: 1 / 2 - 1 = -0.5,
+ * token 2: 2 / 2 - 0.75 = 0.25, token 4: 0 * 2 = 0. */
+static void test_penalties_and_bias_by_hand(void **state) {
+    (void)state;
+    const sample_bias bias[2] = {{1, 1.5f}, {3, -100.0f}};
+    const int32_t ctx[1] = {4}, gen[3] = {0, 0, 2};
+    const float want[2][5] = {{0.0f, 2.0f, 1.25f, -97.0f, 0.0f}, {-0.5f, 2.0f, 0.25f, -97.0f, 0.0f}};
+    for (int rep = 0; rep < 2; rep++) {
+        sample_params p = P(0, 0, 1, 0, 1);
+        p.presence_penalty = 0.5f;
+        p.frequency_penalty = 0.25f;
+        p.bias = bias;
+        p.n_bias = 2;
+        p.repeat_penalty = rep ? 2.0f : 1.0f;
+        sampler *s = sampler_new(&p, 5, NULL);
+        assert_non_null(s);
+        sampler_accept_prompt(s, ctx[0]);
+        for (int i = 0; i < 3; i++) sampler_accept(s, gen[i]);
+        float l[5] = {1.0f, 0.5f, 2.0f, 3.0f, 0.0f}, r[5], g[5];
+        memcpy(r, l, sizeof l);
+        memcpy(g, l, sizeof l);
+        int32_t ids[5];
+        sampler_support(s, l, ids); /* adjusts l in place */
+        sample_adjust_ref(&p, r, 5, ctx, 1, gen, 3);
+        for (int v = 0; v < 5; v++) {
+            assert_float_equal(l[v], want[rep][v], 0);
+            assert_float_equal(r[v], want[rep][v], 0);
+        }
+        assert_int_equal(sampler_sample(s, g), 1); /* greedy after the bias and penalties */
+        sampler_free(s);
+    }
+}
+
+/* The sampler's counts kept token by token against the reference recomputed
+ * from the whole history, bit for bit, over random streams and settings
+ * (negative penalties too: OpenAI's range is [-2, 2]). */
+static void test_penalties_match_ref(void **state) {
+    (void)state;
+    enum { V = 48, NCTX = 20, NGEN = 60 };
+    uint64_t rng = 99;
+    for (int trial = 0; trial < 20; trial++) {
+        sample_bias bias[6];
+        for (int i = 0; i < 6; i++)
+            bias[i] = (sample_bias){(int32_t)(sample_rng_next(&rng) % V), 200 * sample_rng_float(&rng) - 100};
+        sample_params p = P(0, 0, 1, 0, 1);
+        p.presence_penalty = 4 * sample_rng_float(&rng) - 2;
+        p.frequency_penalty = 4 * sample_rng_float(&rng) - 2;
+        p.repeat_penalty = trial % 2 ? 1.3f : 1.0f;
+        p.repeat_last_n = 16;
+        p.bias = bias;
+        p.n_bias = trial % 3 ? 6 : 0;
+        sampler *s = sampler_new(&p, V, NULL);
+        assert_non_null(s);
+        int32_t ctx[NCTX], gen[NGEN];
+        for (int i = 0; i < NCTX; i++) sampler_accept_prompt(s, ctx[i] = (int32_t)(sample_rng_next(&rng) % 12));
+        for (int i = 0; i < NGEN; i++) {
+            float l[V], r[V];
+            for (int v = 0; v < V; v++) l[v] = r[v] = 10 * sample_rng_float(&rng) - 5;
+            int32_t ids[V];
+            sampler_support(s, l, ids);
+            sample_adjust_ref(&p, r, V, ctx, NCTX, gen, i);
+            assert_memory_equal(l, r, sizeof l);
+            sampler_accept(s, gen[i] = (int32_t)(sample_rng_next(&rng) % 16)); /* repeats likely */
+        }
+        sampler_free(s);
+    }
+}
+
+/* bias -100 bans the greedy pick; +100 forces a token even when sampling at
+ * temperature 1 from a flat distribution */
+static void test_logit_bias_ban_force(void **state) {
+    (void)state;
+    const sample_bias ban = {2, -100.0f}, force = {5, 100.0f};
+    sample_params p = P(0, 0, 1, 0, 1);
+    p.bias = &ban;
+    p.n_bias = 1;
+    sampler *s = sampler_new(&p, 8, NULL);
+    float l[8] = {0, 1, 9, 3, 0, 0, 0, 0};
+    assert_int_equal(sampler_sample(s, l), 3);
+    sampler_free(s);
+    p = P(1, 0, 1, 0, 3);
+    p.bias = &force;
+    p.n_bias = 1;
+    s = sampler_new(&p, 8, NULL);
+    for (int d = 0; d < 1000; d++) {
+        float f[8] = {0};
+        assert_int_equal(sampler_sample(s, f), 5);
+    }
+    sampler_free(s);
+}
+
+/* the public sampler: tokens accepted before the first sample are the
+ * prompt (presence / frequency do not count them), after it generated */
+static void test_public_sampler_counts_generated(void **state) {
+    (void)state;
+    const kvant_logit_bias lb = {0, 0.5f};
+    kvant_sampling ks = {.temperature = 0, .top_p = 1, .repeat_penalty = 1, .repeat_last_n = 64,
+                         .presence_penalty = 1.0f, .frequency_penalty = 0.5f, .logit_bias = &lb, .n_logit_bias = 1};
+    kvant_status st;
+    kvant_sampler *s = kvant_sampler_new(&ks, 4, &st);
+    assert_non_null(s);
+    kvant_sampler_accept(s, 1); /* prompt */
+    kvant_sampler_accept(s, 1);
+    float l[4] = {1.0f, 2.0f, 0.0f, 0.0f};
+    assert_int_equal(kvant_sampler_sample(s, l), 1); /* 1.5 vs 2: the prompt's 1s are not penalized */
+    kvant_sampler_accept(s, 1);                       /* generated: -1.5 */
+    float m[4] = {1.0f, 2.0f, 0.0f, 0.0f};
+    assert_int_equal(kvant_sampler_sample(s, m), 0);
+    assert_float_equal(m[1], 0.5f, 0);
+    assert_float_equal(m[0], 1.5f, 0);
+    kvant_sampler_free(s);
+    /* a bias token outside the vocabulary is refused */
+    const kvant_logit_bias out = {4, 1.0f};
+    ks.logit_bias = &out;
+    assert_null(kvant_sampler_new(&ks, 4, &st));
+    assert_int_equal(st.code, KVANT_ERR_ARG);
+}
+
 static void test_bad_params(void **state) {
     (void)state;
     kvant_status st;
@@ -231,6 +361,17 @@ static void test_bad_params(void **state) {
     assert_int_equal(st.code, KVANT_ERR_ARG);
     p = P(1, 0, 1, 0, 1);
     assert_null(sampler_new(&p, 0, &st));
+    p.presence_penalty = NAN;
+    assert_null(sampler_new(&p, 4, &st));
+    assert_int_equal(st.code, KVANT_ERR_ARG);
+    p.presence_penalty = 0;
+    const sample_bias b = {-1, 1.0f}, inf = {1, INFINITY};
+    p.bias = &b;
+    p.n_bias = 1;
+    assert_null(sampler_new(&p, 4, &st));
+    p.bias = &inf;
+    assert_null(sampler_new(&p, 4, &st));
+    assert_int_equal(st.code, KVANT_ERR_ARG);
 }
 
 int main(void) {
@@ -239,6 +380,10 @@ int main(void) {
         cmocka_unit_test(test_frequencies),
         cmocka_unit_test(test_seed_reproducible),
         cmocka_unit_test(test_repeat_penalty),
+        cmocka_unit_test(test_penalties_and_bias_by_hand),
+        cmocka_unit_test(test_penalties_match_ref),
+        cmocka_unit_test(test_logit_bias_ban_force),
+        cmocka_unit_test(test_public_sampler_counts_generated),
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_support_large_vocab),
         cmocka_unit_test(test_frequencies_large_vocab),
