@@ -9,13 +9,24 @@
 #include "chat/chat.h"
 #include "tok/tok.h"
 
-/* chat/ mirrors the public enum and message (it sees only kvant_base.h) */
+/* chat/ mirrors the public enum, message and reply (it sees only kvant_base.h) */
 _Static_assert((int)CHAT_N_TEMPLATES == (int)KVANT_CHAT_N_TEMPLATES, "chat/ and kvant_infer.h list the same templates");
 _Static_assert((int)CHAT_ZEPHYR == (int)KVANT_CHAT_ZEPHYR && (int)CHAT_LLAMA3_2 == (int)KVANT_CHAT_LLAMA3_2 &&
                    (int)CHAT_PHI4 == (int)KVANT_CHAT_PHI4 && (int)CHAT_MISTRAL_V7 == (int)KVANT_CHAT_MISTRAL_V7,
                "in the same order");
-_Static_assert(sizeof(chat_msg) == sizeof(kvant_chat_msg) && offsetof(chat_msg, content) == offsetof(kvant_chat_msg, content),
+_Static_assert(sizeof(chat_msg) == sizeof(kvant_chat_msg) && offsetof(chat_msg, content) == offsetof(kvant_chat_msg, content) &&
+                   offsetof(chat_msg, tool_calls_json) == offsetof(kvant_chat_msg, tool_calls_json) &&
+                   offsetof(chat_msg, tool_call_id) == offsetof(kvant_chat_msg, tool_call_id) &&
+                   offsetof(chat_msg, name) == offsetof(kvant_chat_msg, name),
                "messages have one layout");
+_Static_assert(sizeof(chat_tool_call) == sizeof(kvant_chat_tool_call) &&
+                   offsetof(chat_tool_call, name) == offsetof(kvant_chat_tool_call, name) &&
+                   offsetof(chat_tool_call, arguments) == offsetof(kvant_chat_tool_call, arguments) &&
+                   sizeof(chat_reply) == sizeof(kvant_chat_reply) &&
+                   offsetof(chat_reply, calls) == offsetof(kvant_chat_reply, calls) &&
+                   offsetof(chat_reply, n_calls) == offsetof(kvant_chat_reply, n_calls),
+               "tool calls have one layout");
+_Static_assert((int)KVANT_CHAT_TOOL_CALL == 2 && (int)KVANT_CHAT_TOOL_MAYBE == 1, "chat_tool_prefix's values");
 
 kvant_chat_template kvant_chat_detect_text(const char *jinja) { return (kvant_chat_template)chat_detect(jinja); }
 
@@ -49,7 +60,23 @@ const char *kvant_chat_template_list(void) { return chat_names(); }
 
 char *kvant_chat_render(kvant_chat_template t, const kvant_chat_msg *msgs, int n, bool add_assistant,
                         kvant_status *st) {
-    return chat_render((chat_template)t, (const chat_msg *)msgs, n, add_assistant, NULL, st);
+    return chat_render((chat_template)t, (const chat_msg *)msgs, n, NULL, add_assistant, NULL, st);
+}
+
+char *kvant_chat_render_tools(kvant_chat_template t, const kvant_chat_msg *msgs, int n, const char *tools_json,
+                              bool add_assistant, kvant_status *st) {
+    return chat_render((chat_template)t, (const chat_msg *)msgs, n, tools_json, add_assistant, NULL, st);
+}
+
+kvant_code kvant_chat_parse_tool_calls(kvant_chat_template t, const char *text, size_t len, uint64_t id_seed,
+                                       kvant_chat_reply *out, kvant_status *st) {
+    return chat_parse_tool_calls((chat_template)t, text, len, id_seed, (chat_reply *)out, st);
+}
+
+void kvant_chat_reply_free(kvant_chat_reply *r) { chat_reply_free((chat_reply *)r); }
+
+kvant_chat_tool_state kvant_chat_tool_prefix(kvant_chat_template t, const char *text, size_t len, size_t *plain_len) {
+    return (kvant_chat_tool_state)chat_tool_prefix((chat_template)t, text, len, plain_len);
 }
 
 int kvant_chat_tokenize(const kvant_model *km, const char *text, size_t len, int32_t *tokens, int max) {

@@ -30,11 +30,16 @@ typedef enum {
     CHAT_N_TEMPLATES
 } chat_template;
 
-/* One message: role "system", "user" or "assistant", UTF-8 content (the
- * layout of kvant_chat_msg). */
+/* One message (the layout of kvant_chat_msg): role "system", "user",
+ * "assistant" or "tool" ("ipython" is "tool"), UTF-8 content; an
+ * assistant's tool calls as the JSON text of OpenAI's tool_calls array, a
+ * tool result's tool_call_id, its function's name (NULL when absent). */
 typedef struct {
     const char *role;
     const char *content;
+    const char *tool_calls_json;
+    const char *tool_call_id;
+    const char *name;
 } chat_msg;
 
 /* The template a Jinja chat template text is, by its markers.  NULL, empty
@@ -51,11 +56,45 @@ bool chat_from_name(const char *name, chat_template *out);
 const char *chat_names(void);
 
 /* The prompt text for msgs[0..n) (malloc'd, NUL-terminated), ending where
- * the assistant's reply begins when add_assistant.  Roles: "system", "user",
- * "assistant"; anything else (or a NULL role/content) is KVANT_ERR_ARG.
- * date: the "Today Date" of llama-3.2 ("01 Dec 2026"); NULL: today, local
- * time, as strftime_now("%d %b %Y") gives it.  NULL + st on failure. */
-char *chat_render(chat_template t, const chat_msg *msgs, int n, bool add_assistant,
+ * the assistant's reply begins when add_assistant.  tools_json: the JSON
+ * text of OpenAI's tools array (NULL: no tools).  Roles: "system", "user",
+ * "assistant", "tool"; anything else, a NULL role or content (content may be
+ * NULL beside tool_calls_json), tools or tool_calls that are not JSON
+ * arrays (of objects) is KVANT_ERR_ARG.  date: the "Today Date" of
+ * llama-3.2 ("01 Dec 2026"); NULL: today, local time, as
+ * strftime_now("%d %b %Y") gives it.  NULL + st on failure. */
+char *chat_render(chat_template t, const chat_msg *msgs, int n, const char *tools_json, bool add_assistant,
                   const char *date, kvant_status *st);
+
+/* ---- tool calls in the model's reply (tool_calls.c) ---------------------------
+ * How a template's family writes calls:
+ *   HERMES   Qwen 2.5 / 3:  <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call> (any number, after text)
+ *   LLAMA3   Llama 3.1/3.2: the whole reply {"name": "f", "parameters": {...}} (several: ";"- or
+ *                           space-separated), or after <|python_tag|>
+ *   MISTRAL  v3 / v7:       [TOOL_CALLS][{"name": "f", "arguments": {...}, "id": "..."}, ...] (after text)
+ *   GENERIC  the rest: rendered and read as HERMES */
+typedef enum { CHAT_TOOLS_GENERIC, CHAT_TOOLS_HERMES, CHAT_TOOLS_LLAMA3, CHAT_TOOLS_MISTRAL } chat_tool_format;
+
+chat_tool_format chat_tools_of(chat_template t);
+
+/* the layouts of kvant_chat_tool_call / kvant_chat_reply */
+typedef struct {
+    char *id;
+    char *name;
+    char *arguments;
+} chat_tool_call;
+
+typedef struct {
+    char *content;
+    chat_tool_call *calls;
+    int n_calls;
+} chat_reply;
+
+/* The calls in text[0..len) (see kvant_chat_parse_tool_calls). */
+kvant_code chat_parse_tool_calls(chat_template t, const char *text, size_t len, uint64_t id_seed, chat_reply *out,
+                                 kvant_status *st);
+void chat_reply_free(chat_reply *r);
+/* 0, 1 or 2 (kvant_chat_tool_state) and *plain_len (see kvant_chat_tool_prefix) */
+int chat_tool_prefix(chat_template t, const char *text, size_t len, size_t *plain_len);
 
 #endif

@@ -435,9 +435,18 @@ typedef enum {
     KVANT_CHAT_N_TEMPLATES
 } kvant_chat_template;
 
+/* One message.  The tool fields are NULL when absent, so {role, content}
+ * initializers keep working.  Tool calls and results are rendered in each
+ * family's own format (README "Tool calls"). */
 typedef struct {
-    const char *role;       /* "system", "user" or "assistant" */
-    const char *content;    /* UTF-8, NUL-terminated */
+    const char *role;            /* "system", "user", "assistant" or "tool" ("ipython" is "tool") */
+    const char *content;         /* UTF-8, NUL-terminated; may be NULL beside tool_calls_json */
+    const char *tool_calls_json; /* assistant: the JSON text of OpenAI's tool_calls array,
+                                    [{"id", "type": "function", "function": {"name", "arguments"}}]
+                                    ("arguments" a JSON text, as OpenAI sends it, or an object);
+                                    "[]" is the same as none */
+    const char *tool_call_id;    /* tool: the id of the call this is the result of */
+    const char *name;            /* tool: the function's name (kept; no template kvant renders uses it) */
 } kvant_chat_msg;
 
 /* The template of m's GGUF tokenizer.chat_template (KVANT_CHAT_PLAIN when
@@ -457,6 +466,63 @@ const char *kvant_chat_template_list(void);
  * KVANT_ERR_ARG for an unknown role or template, KVANT_ERR_NOMEM. */
 char *kvant_chat_render(kvant_chat_template t, const kvant_chat_msg *msgs, int n, bool add_assistant,
                         kvant_status *st);
+/* The same with the tools the model may call: tools_json is the JSON text
+ * of OpenAI's tools array, [{"type": "function", "function": {"name",
+ * "description", "parameters"}}] (NULL: no tools; kvant_chat_render is this
+ * with NULL).  Qwen 2.5 / 3, Llama 3.1 / 3.2 and Mistral v3 / v7 (and
+ * their Tekken forms) render them as their own templates do; every other
+ * template as the generic Hermes-style text README "Tool calls" shows.
+ * KVANT_ERR_ARG also when tools_json or a message's tool_calls_json is not
+ * a JSON array (of objects). */
+char *kvant_chat_render_tools(kvant_chat_template t, const kvant_chat_msg *msgs, int n, const char *tools_json,
+                              bool add_assistant, kvant_status *st);
+
+/* A tool call read from the model's reply (malloc'd strings). */
+typedef struct {
+    char *id;        /* the id the model wrote (Mistral), else one made from id_seed and the call's
+                        index: "call_" + 9 letters and digits (Mistral templates: the 9 alone) */
+    char *name;      /* the function's name */
+    char *arguments; /* the JSON text of its arguments object, compact: {"city":"Paris"} ("{}" when none) */
+} kvant_chat_tool_call;
+
+typedef struct {
+    char *content;               /* the text outside the calls, trailing whitespace removed when
+                                    there are calls; all of the text when there are none */
+    kvant_chat_tool_call *calls; /* n_calls of them (NULL when 0) */
+    int n_calls;
+} kvant_chat_reply;
+
+/* Reads the tool calls in a model's reply text[0..len) as t's family
+ * writes them: Qwen / generic <tool_call>{"name", "arguments"}</tool_call>
+ * blocks after any text (not inside a leading <think>...</think>), Llama
+ * 3.1 / 3.2 a reply that is {"name", "parameters"} objects (";" or space
+ * between several) or such objects after <|python_tag|>, Mistral
+ * [TOOL_CALLS][{"name", "arguments", "id"}, ...] after any text.  A reply
+ * with no calls, or whose calls do not read (malformed JSON, no name,
+ * arguments not an object), is all content, n_calls 0: KVANT_OK either way.
+ * Call it only when the request gave tools.  Same text and id_seed, same
+ * ids.  KVANT_ERR_NOMEM (out emptied) or KVANT_ERR_ARG (template, no out);
+ * free with kvant_chat_reply_free. */
+kvant_code kvant_chat_parse_tool_calls(kvant_chat_template t, const char *text, size_t len, uint64_t id_seed,
+                                       kvant_chat_reply *out, kvant_status *st);
+void kvant_chat_reply_free(kvant_chat_reply *r);
+
+/* For streaming a reply while it may hold calls: given the reply so far,
+ * text[0..len), whether it is plain text, may still become a call, or a
+ * call has begun; *plain_len (if not NULL) is how much of it is surely
+ * content and may be sent now.  plain_len never counts trailing whitespace
+ * (it is held until something follows: whitespace before a call is not
+ * content) and never shrinks as the text grows; kvant_chat_parse_tool_calls'
+ * content begins with text[0..plain_len) of every prefix.  Once a call has
+ * begun, send nothing more until the reply ends and has been parsed; at the
+ * end send what the parsed content has beyond what was sent. */
+typedef enum {
+    KVANT_CHAT_TOOL_TEXT = 0,  /* no call so far: send text[0..plain_len) */
+    KVANT_CHAT_TOOL_MAYBE = 1, /* the end of the text may begin a call: hold it */
+    KVANT_CHAT_TOOL_CALL = 2,  /* a call began at or after plain_len */
+} kvant_chat_tool_state;
+
+kvant_chat_tool_state kvant_chat_tool_prefix(kvant_chat_template t, const char *text, size_t len, size_t *plain_len);
 /* Tokenizes a rendered prompt as llama.cpp does: the text of special tokens
  * becomes those tokens (parse_special), and BOS is put first when the
  * vocabulary adds one (tokenizer.ggml.add_bos_token) unless the text already

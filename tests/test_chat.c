@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "chat/chat.h"
+#include "chat/json.h"
 #include "format/gguf.h"
 #include "server/server.h"
 #include "testutil.h"
@@ -32,7 +33,7 @@ static const kvant_chat_msg CONV[] = {
 
 static char *render(kvant_chat_template t, const kvant_chat_msg *m, int n, bool add) {
     kvant_status st;
-    char *s = chat_render((chat_template)t, (const chat_msg *)m, n, add, "01 Dec 2026", &st);
+    char *s = chat_render((chat_template)t, (const chat_msg *)m, n, NULL, add, "01 Dec 2026", &st);
     if (!s) fail_msg("%s: %s", kvant_chat_template_name(t), st.msg);
     return s;
 }
@@ -188,16 +189,420 @@ static void test_family_details(void **state) {
 static void test_bad_messages(void **state) {
     (void)state;
     kvant_status st;
-    const kvant_chat_msg tool[] = {{"tool", "x"}}, none[] = {{"user", NULL}};
-    assert_null(kvant_chat_render(KVANT_CHAT_CHATML, tool, 1, true, &st));
+    const kvant_chat_msg fn[] = {{"function", "x"}}, none[] = {{"user", NULL}};
+    assert_null(kvant_chat_render(KVANT_CHAT_CHATML, fn, 1, true, &st));
     assert_int_equal(st.code, KVANT_ERR_ARG);
-    assert_non_null(strstr(st.msg, "unknown role 'tool'"));
+    assert_non_null(strstr(st.msg, "unknown role 'function'"));
     assert_null(kvant_chat_render(KVANT_CHAT_CHATML, none, 1, true, &st));
     assert_int_equal(st.code, KVANT_ERR_ARG);
     assert_null(kvant_chat_render(KVANT_CHAT_N_TEMPLATES, CONV, 1, true, &st));
     assert_int_equal(st.code, KVANT_ERR_ARG);
     assert_null(kvant_chat_render(KVANT_CHAT_CHATML, NULL, 2, true, &st));
     assert_int_equal(st.code, KVANT_ERR_ARG);
+}
+
+/* ---- tools: rendering --------------------------------------------------------------
+ * Qwen 2.5 / 3, Llama 3.1 / 3.2 and Mistral Nemo are also compared with their
+ * real templates (tests/node/test_chat_templates.mjs, the tool conversations);
+ * the strings for those here are what @huggingface/jinja renders. */
+#define TOOLS_JSON                                                                                                    \
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"description\":\"The time\",\"parameters\":"      \
+    "{\"type\":\"object\",\"properties\":{\"tz\":{\"type\":\"string\"}}}}}]"
+#define TOOL_TOJSON                                                                                                   \
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_time\", \"description\": \"The time\", \"parameters\": " \
+    "{\"type\": \"object\", \"properties\": {\"tz\": {\"type\": \"string\"}}}}}"
+#define HERMES_TOOLS                                                                                                  \
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "         \
+    "function signatures within <tools></tools> XML tags:\n<tools>\n" TOOL_TOJSON "\n</tools>\n\nFor each function " \
+    "call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"        \
+    "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"
+#define HERMES_CALL "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}\n</tool_call>"
+#define CALLS_JSON                                                                                                    \
+    "[{\"id\":\"abcDEF123\",\"type\":\"function\",\"function\":{\"name\":\"get_time\",\"arguments\":"               \
+    "\"{\\\"tz\\\":\\\"UTC\\\"}\"}}]"
+
+/* system, a question, a call (content null, as OpenAI sends it), its result */
+static const kvant_chat_msg TOOL_CONV[] = {
+    {"system", "S", NULL, NULL, NULL},
+    {"user", "Time?", NULL, NULL, NULL},
+    {"assistant", NULL, CALLS_JSON, NULL, NULL},
+    {"tool", "10:30", NULL, "abcDEF123", "get_time"},
+};
+
+static char *render_tools(kvant_chat_template t, const kvant_chat_msg *m, int n, const char *tools, bool add,
+                          kvant_status *st) {
+    return chat_render((chat_template)t, (const chat_msg *)m, n, tools, add, "01 Dec 2026", st);
+}
+
+static void expect_tools(kvant_chat_template t, const kvant_chat_msg *m, int n, const char *tools, bool add,
+                         const char *want) {
+    kvant_status st;
+    char *s = render_tools(t, m, n, tools, add, &st);
+    if (!s) fail_msg("%s: %s", kvant_chat_template_name(t), st.msg);
+    const bool same = !strcmp(s, want);
+    if (!same) print_error("template %s:\n got: %s\nwant: %s\n", kvant_chat_template_name(t), s, want);
+    free(s);
+    if (!same) fail();
+}
+
+static void test_tools_render(void **state) {
+    (void)state;
+    static const struct {
+        kvant_chat_template t;
+        const char *want;
+    } cases[] = {
+        {KVANT_CHAT_QWEN2_5, "<|im_start|>system\nS\n\n" HERMES_TOOLS "<|im_end|>\n<|im_start|>user\nTime?<|im_end|>\n"
+                             "<|im_start|>assistant\n" HERMES_CALL "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
+                             "10:30\n</tool_response><|im_end|>\n<|im_start|>assistant\n"},
+        {KVANT_CHAT_QWEN3, "<|im_start|>system\nS\n\n" HERMES_TOOLS "<|im_end|>\n<|im_start|>user\nTime?<|im_end|>\n"
+                           "<|im_start|>assistant\n" HERMES_CALL "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
+                           "10:30\n</tool_response><|im_end|>\n<|im_start|>assistant\n"},
+        {KVANT_CHAT_LLAMA3_2,
+         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\nCutting Knowledge Date: "
+         "December 2023\nToday Date: 01 Dec 2026\n\nS<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nGiven the "
+         "following functions, please respond with a JSON for a function call with its proper arguments that best "
+         "answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": dictionary of "
+         "argument name and its value}.Do not use variables.\n\n{\n    \"type\": \"function\",\n    \"function\": {\n"
+         "        \"name\": \"get_time\",\n        \"description\": \"The time\",\n        \"parameters\": {\n"
+         "            \"type\": \"object\",\n            \"properties\": {\n                \"tz\": {\n"
+         "                    \"type\": \"string\"\n                }\n            }\n        }\n    }\n}\n\nTime?"
+         "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"get_time\", \"parameters\": "
+         "{\"tz\": \"UTC\"}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n\"10:30\"<|eot_id|>"
+         "<|start_header_id|>assistant<|end_header_id|>\n\n"},
+        {KVANT_CHAT_MISTRAL_V3_TEKKEN,
+         "<s>[AVAILABLE_TOOLS][" TOOL_TOJSON "][/AVAILABLE_TOOLS][INST]Time?[/INST][TOOL_CALLS][{\"name\": "
+         "\"get_time\", \"arguments\": {\"tz\": \"UTC\"}, \"id\": \"abcDEF123\"}]</s>[TOOL_RESULTS]{\"content\": "
+         "10:30, \"call_id\": \"abcDEF123\"}[/TOOL_RESULTS]"},
+        /* Mistral 7B v0.3's template: the same with a space after the markers */
+        {KVANT_CHAT_MISTRAL_V3,
+         "<s>[AVAILABLE_TOOLS] [" TOOL_TOJSON "][/AVAILABLE_TOOLS][INST] Time?[/INST][TOOL_CALLS] [{\"name\": "
+         "\"get_time\", \"arguments\": {\"tz\": \"UTC\"}, \"id\": \"abcDEF123\"}]</s>[TOOL_RESULTS] {\"content\": "
+         "10:30, \"call_id\": \"abcDEF123\"}[/TOOL_RESULTS]"},
+        /* v7: mistral_common's v7 tokenizer (no Jinja template has tools) */
+        {KVANT_CHAT_MISTRAL_V7,
+         "<s>[SYSTEM_PROMPT] S[/SYSTEM_PROMPT][AVAILABLE_TOOLS] [" TOOL_TOJSON "][/AVAILABLE_TOOLS][INST] Time?[/INST]"
+         "[TOOL_CALLS] [{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}, \"id\": \"abcDEF123\"}]</s>"
+         "[TOOL_RESULTS] abcDEF123[TOOL_CONTENT] 10:30[/TOOL_RESULTS]"},
+        {KVANT_CHAT_MISTRAL_V7_TEKKEN,
+         "<s>[SYSTEM_PROMPT]S[/SYSTEM_PROMPT][AVAILABLE_TOOLS][" TOOL_TOJSON "][/AVAILABLE_TOOLS][INST]Time?[/INST]"
+         "[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}, \"id\": \"abcDEF123\"}]</s>"
+         "[TOOL_RESULTS]abcDEF123[TOOL_CONTENT]10:30[/TOOL_RESULTS]"},
+        /* the generic rendering: Hermes text in the family's own turns (ChatML's equals Qwen3's) */
+        {KVANT_CHAT_CHATML, "<|im_start|>system\nS\n\n" HERMES_TOOLS "<|im_end|>\n<|im_start|>user\nTime?<|im_end|>\n"
+                            "<|im_start|>assistant\n" HERMES_CALL "<|im_end|>\n<|im_start|>user\n<tool_response>\n"
+                            "10:30\n</tool_response><|im_end|>\n<|im_start|>assistant\n"},
+        {KVANT_CHAT_GEMMA, "<bos><start_of_turn>user\nS\n\n" HERMES_TOOLS "\n\nTime?<end_of_turn>\n<start_of_turn>model\n"
+                           HERMES_CALL "<end_of_turn>\n<start_of_turn>user\n<tool_response>\n10:30\n</tool_response>"
+                           "<end_of_turn>\n<start_of_turn>model\n"},
+        {KVANT_CHAT_PLAIN, "System: S\n\n" HERMES_TOOLS "\nUser: Time?\nAssistant: " HERMES_CALL
+                           "\nUser: <tool_response>\n10:30\n</tool_response>\nAssistant:"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_tools(cases[i].t, TOOL_CONV, 4, TOOLS_JSON, true, cases[i].want);
+    /* the public entry point renders the same */
+    kvant_status st;
+    char *s = kvant_chat_render_tools(KVANT_CHAT_QWEN2_5, TOOL_CONV, 4, TOOLS_JSON, true, &st);
+    assert_non_null(s);
+    assert_string_equal(s, cases[0].want);
+    free(s);
+    /* every template renders tools, calls and results (none refuses them) */
+    for (int t = 0; t < KVANT_CHAT_N_TEMPLATES; t++) {
+        s = render_tools((kvant_chat_template)t, TOOL_CONV, 4, TOOLS_JSON, true, &st);
+        if (!s) fail_msg("%s: %s", kvant_chat_template_name((kvant_chat_template)t), st.msg);
+        if (!strstr(s, "get_time")) fail_msg("%s: no tool in %s", kvant_chat_template_name((kvant_chat_template)t), s);
+        free(s);
+    }
+}
+
+static void test_tools_render_details(void **state) {
+    (void)state;
+    kvant_status st;
+    /* Qwen2.5 without a system message: its default one, then the tools */
+    const kvant_chat_msg q[] = {{"user", "Hi"}};
+    expect_tools(KVANT_CHAT_QWEN2_5, q, 1, TOOLS_JSON, true,
+                 "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n" HERMES_TOOLS
+                 "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    /* an empty list: no tools for Qwen (`if tools`), tools for Llama (`is not none`) */
+    expect_tools(KVANT_CHAT_QWEN3, q, 1, "[]", true, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    expect_tools(KVANT_CHAT_LLAMA3_1, q, 1, "[]", false,
+                 "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\nCutting Knowledge "
+                 "Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+                 "Given the following functions, please respond with a JSON for a function call with its proper arguments "
+                 "that best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": "
+                 "dictionary of argument name and its value}.Do not use variables.\n\nHi<|eot_id|>");
+    /* assistant text beside calls: Qwen keeps it, Mistral Nemo's template drops it; several calls */
+    const kvant_chat_msg two[] = {
+        {"user", "Q"},
+        {"assistant", "Let me see.",
+         "[{\"id\":\"a\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}},{\"id\":\"b\",\"function\":{\"name\":\"g\","
+         "\"arguments\":{\"x\":[1,2.50,1e2]}}}]"}};
+    expect_tools(KVANT_CHAT_QWEN2_5, two + 1, 1, NULL, false,
+                 "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+                 "<|im_start|>assistant\nLet me see.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n"
+                 "<tool_call>\n{\"name\": \"g\", \"arguments\": {\"x\": [1, 2.5, 100]}}\n</tool_call><|im_end|>\n");
+    expect_tools(KVANT_CHAT_MISTRAL_V3_TEKKEN, two, 2, NULL, false,
+                 "<s>[INST]Q[/INST][TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}, \"id\": \"a\"}, {\"name\": \"g\", "
+                 "\"arguments\": {\"x\": [1, 2.5, 100]}, \"id\": \"b\"}]</s>");
+    /* Llama takes one call a turn: several are several turns */
+    expect_tools(KVANT_CHAT_LLAMA3_1, two + 1, 1, NULL, false,
+                 "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+                 "Today Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"f\", "
+                 "\"parameters\": {}}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"g\", "
+                 "\"parameters\": {\"x\": [1, 2.5, 100]}}<|eot_id|>");
+    /* arguments that are not JSON: Qwen3 writes the string as it is, Qwen2.5 | tojson */
+    const kvant_chat_msg raw[] = {{"assistant", "", "[{\"function\":{\"name\":\"f\",\"arguments\":\"not json\"}}]"}};
+    expect_tools(KVANT_CHAT_QWEN3, raw, 1, NULL, false,
+                 "<|im_start|>assistant\n<tool_call>\n{\"name\": \"f\", \"arguments\": not json}\n"
+                 "</tool_call><|im_end|>\n");
+    expect_tools(KVANT_CHAT_QWEN2_5, raw, 1, NULL, false,
+                 "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+                 "<|im_start|>assistant\n<tool_call>\n{\"name\": \"f\", \"arguments\": \"not json\"}\n</tool_call>"
+                 "<|im_end|>\n");
+    /* an empty tool_calls list is none; a run of results is one user turn (generic: one a line) */
+    const kvant_chat_msg empty[] = {{"assistant", "A", "[]"}, {"tool", "1"}, {"tool", "2"}};
+    expect_tools(KVANT_CHAT_PHI3, empty, 3, NULL, true,
+                 "<|assistant|>\nA<|end|>\n<|user|>\n<tool_response>\n1\n</tool_response>\n<tool_response>\n2\n"
+                 "</tool_response><|end|>\n<|assistant|>\n");
+    /* refusals: bad JSON, calls on a non-assistant, content missing without calls */
+    const kvant_chat_msg user_calls[] = {{"user", "x", "[]"}}, no_content[] = {{"tool", NULL}},
+                         not_objects[] = {{"assistant", "", "[1]"}}, not_json[] = {{"assistant", "", "[{"}};
+    assert_null(render_tools(KVANT_CHAT_QWEN3, q, 1, "{\"type\":\"function\"}", true, &st));
+    assert_int_equal(st.code, KVANT_ERR_ARG);
+    assert_non_null(strstr(st.msg, "tools is not a JSON array"));
+    assert_null(render_tools(KVANT_CHAT_QWEN3, q, 1, "[{]", true, &st));
+    assert_int_equal(st.code, KVANT_ERR_ARG);
+    assert_null(render_tools(KVANT_CHAT_QWEN3, user_calls, 1, NULL, true, &st));
+    assert_non_null(strstr(st.msg, "tool_calls on a message of role 'user'"));
+    assert_null(render_tools(KVANT_CHAT_QWEN3, no_content, 1, NULL, true, &st));
+    assert_non_null(strstr(st.msg, "message 0 has no content"));
+    assert_null(render_tools(KVANT_CHAT_QWEN3, not_objects, 1, NULL, true, &st));
+    assert_non_null(strstr(st.msg, "not a JSON array of objects"));
+    assert_null(render_tools(KVANT_CHAT_QWEN3, not_json, 1, NULL, true, &st));
+    assert_int_equal(st.code, KVANT_ERR_ARG);
+}
+
+/* ---- tools: reading the model's reply ------------------------------------------------ */
+typedef struct {
+    const char *name, *arguments;
+} want_call;
+
+static void expect_reply(kvant_chat_template t, const char *text, const char *content, int n, const want_call *calls) {
+    kvant_status st;
+    kvant_chat_reply r;
+    assert_int_equal(kvant_chat_parse_tool_calls(t, text, strlen(text), 7, &r, &st), KVANT_OK);
+    if (strcmp(r.content, content) || r.n_calls != n)
+        fail_msg("%s: %s\n content '%s' (want '%s'), %d calls (want %d)", kvant_chat_template_name(t), text, r.content,
+                 content, r.n_calls, n);
+    for (int i = 0; i < n; i++) {
+        assert_string_equal(r.calls[i].name, calls[i].name);
+        assert_string_equal(r.calls[i].arguments, calls[i].arguments);
+        assert_non_null(r.calls[i].id);
+    }
+    kvant_chat_reply_free(&r);
+    assert_null(r.content);
+}
+
+static void test_tools_parse(void **state) {
+    (void)state;
+    const want_call paris[] = {{"get_weather", "{\"city\":\"Paris\"}"}},
+                    two[] = {{"get_weather", "{\"city\":\"Paris\"}"}, {"get_time", "{}"}};
+    /* Qwen / Hermes: blocks after any text; several; arguments compacted; the last may lack its end tag */
+    expect_reply(KVANT_CHAT_QWEN2_5, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+                 "", 1, paris);
+    expect_reply(KVANT_CHAT_QWEN3,
+                 "<think>\nA <tool_call> here is not one.\n</think>\n\nLet me check.\n<tool_call>\n{\"name\": \"get_weather\", "
+                 "\"arguments\": {\"city\":\n \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\"}\n",
+                 "<think>\nA <tool_call> here is not one.\n</think>\n\nLet me check.", 2, two);
+    expect_reply(KVANT_CHAT_QWEN3, "<tool_call>{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}</tool_call>",
+                 "", 1, paris); /* arguments as a JSON text */
+    /* malformed: no calls, all of it content */
+    static const char *const bad_hermes[] = {
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": }\n</tool_call>", /* not JSON */
+        "<tool_call>\n{\"arguments\": {}}\n</tool_call>",                          /* no name */
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": [1]}\n</tool_call>",        /* arguments not an object */
+        "<tool_call>\n{\"name\": \"f\"}\n</tool_call><tool_call>[1]</tool_call>",  /* one bad call: none */
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}",                /* cut off */
+        "<think>\n<tool_call>\n{\"name\": \"f\"}\n</tool_call>",                   /* inside unfinished reasoning */
+        "Plain text, <b>no</b> calls.",
+        "",
+    };
+    for (size_t i = 0; i < sizeof bad_hermes / sizeof *bad_hermes; i++) expect_reply(KVANT_CHAT_QWEN2_5, bad_hermes[i], bad_hermes[i], 0, NULL);
+    /* the generic templates read Hermes blocks too */
+    expect_reply(KVANT_CHAT_GEMMA, "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+                 "Sure.", 1, paris);
+    /* Llama 3.x: the whole reply is the call(s), or they follow <|python_tag|> */
+    expect_reply(KVANT_CHAT_LLAMA3_2, " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}\n", "", 1, paris);
+    expect_reply(KVANT_CHAT_LLAMA3_1,
+                 "{\"type\": \"function\", \"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}; "
+                 "{\"name\": \"get_time\", \"parameters\": {}}",
+                 "", 2, two);
+    expect_reply(KVANT_CHAT_LLAMA3_1, "Checking.<|python_tag|>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+                 "Checking.", 1, paris);
+    static const char *const bad_llama[] = {
+        "The answer is {\"name\": \"x\"}.", /* not the whole reply */
+        "{\"name\": \"f\", \"parameters\": {}} and more",
+        "{\"city\": \"Paris\"}", /* JSON, not a call */
+        "{\"name\": \"f\", \"parameters\": ",
+        "Hello!",
+    };
+    for (size_t i = 0; i < sizeof bad_llama / sizeof *bad_llama; i++) expect_reply(KVANT_CHAT_LLAMA3_2, bad_llama[i], bad_llama[i], 0, NULL);
+    /* Mistral: [TOOL_CALLS] then an array (or one object); the model's own ids are kept */
+    kvant_status st;
+    kvant_chat_reply r;
+    const char *m = "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"abcDEF123\"}, "
+                    "{\"name\": \"get_time\", \"arguments\": {}}]";
+    expect_reply(KVANT_CHAT_MISTRAL_V3_TEKKEN, m, "", 2, two);
+    assert_int_equal(kvant_chat_parse_tool_calls(KVANT_CHAT_MISTRAL_V7, m, strlen(m), 1, &r, &st), KVANT_OK);
+    assert_string_equal(r.calls[0].id, "abcDEF123");
+    assert_int_equal(strlen(r.calls[1].id), 9); /* made: 9 letters and digits, as Mistral's templates want */
+    for (const char *c = r.calls[1].id; *c; c++) assert_true((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z'));
+    kvant_chat_reply_free(&r);
+    expect_reply(KVANT_CHAT_MISTRAL_V7, "Sure. [TOOL_CALLS] {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", "Sure.", 1,
+                 paris);
+    static const char *const bad_mistral[] = {
+        "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}] trailing",
+        "[TOOL_CALLS][]",
+        "[TOOL_CALLS][{\"name\": \"f\"",
+        "{\"name\": \"get_weather\", \"arguments\": {}}", /* no marker */
+    };
+    for (size_t i = 0; i < sizeof bad_mistral / sizeof *bad_mistral; i++) expect_reply(KVANT_CHAT_MISTRAL_V3, bad_mistral[i], bad_mistral[i], 0, NULL);
+    /* ids: "call_" + 9, the same for the same seed, different between calls and seeds */
+    const char *q = "<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"name\": \"b\"}</tool_call>";
+    kvant_chat_reply r2;
+    assert_int_equal(kvant_chat_parse_tool_calls(KVANT_CHAT_QWEN3, q, strlen(q), 42, &r, &st), KVANT_OK);
+    assert_int_equal(kvant_chat_parse_tool_calls(KVANT_CHAT_QWEN3, q, strlen(q), 42, &r2, &st), KVANT_OK);
+    assert_int_equal(r.n_calls, 2);
+    assert_int_equal(strlen(r.calls[0].id), 14);
+    assert_memory_equal(r.calls[0].id, "call_", 5);
+    assert_string_equal(r.calls[0].id, r2.calls[0].id);
+    assert_string_not_equal(r.calls[0].id, r.calls[1].id);
+    kvant_chat_reply_free(&r2);
+    assert_int_equal(kvant_chat_parse_tool_calls(KVANT_CHAT_QWEN3, q, strlen(q), 43, &r2, &st), KVANT_OK);
+    assert_string_not_equal(r.calls[0].id, r2.calls[0].id);
+    kvant_chat_reply_free(&r2);
+    kvant_chat_reply_free(&r);
+    /* len counts, not the NUL; a NULL text is an empty reply; bad arguments */
+    assert_int_equal(kvant_chat_parse_tool_calls(KVANT_CHAT_QWEN3, "abc<tool_call>", 3, 0, &r, &st), KVANT_OK);
+    assert_string_equal(r.content, "abc");
+    kvant_chat_reply_free(&r);
+    assert_int_equal(kvant_chat_parse_tool_calls(KVANT_CHAT_QWEN3, NULL, 5, 0, &r, &st), KVANT_OK);
+    assert_string_equal(r.content, "");
+    kvant_chat_reply_free(&r);
+    assert_int_equal(kvant_chat_parse_tool_calls(KVANT_CHAT_N_TEMPLATES, "x", 1, 0, &r, &st), KVANT_ERR_ARG);
+    assert_int_equal(kvant_chat_parse_tool_calls(KVANT_CHAT_QWEN3, "x", 1, 0, NULL, &st), KVANT_ERR_ARG);
+}
+
+/* ---- tools: a reply's prefix while it streams ----------------------------------------- */
+static void expect_prefix(kvant_chat_template t, const char *text, kvant_chat_tool_state want, size_t want_plain) {
+    size_t plain = 99;
+    const kvant_chat_tool_state s = kvant_chat_tool_prefix(t, text, strlen(text), &plain);
+    if (s != want || plain != want_plain)
+        fail_msg("%s: '%s': state %d plain %zu (want %d, %zu)", kvant_chat_template_name(t), text, s, plain, want, want_plain);
+}
+
+static void test_tools_prefix(void **state) {
+    (void)state;
+    const kvant_chat_template Q = KVANT_CHAT_QWEN3, L = KVANT_CHAT_LLAMA3_1, M = KVANT_CHAT_MISTRAL_V3_TEKKEN;
+    expect_prefix(Q, "", KVANT_CHAT_TOOL_TEXT, 0);
+    expect_prefix(Q, "Hello", KVANT_CHAT_TOOL_TEXT, 5);
+    expect_prefix(Q, "Hello \n", KVANT_CHAT_TOOL_TEXT, 5); /* whitespace is held */
+    expect_prefix(Q, "Hello\n<tool", KVANT_CHAT_TOOL_MAYBE, 5);
+    expect_prefix(Q, "Hello\n<b>", KVANT_CHAT_TOOL_TEXT, 9);
+    expect_prefix(Q, "Hello\n<tool_call>\n{\"na", KVANT_CHAT_TOOL_CALL, 5);
+    expect_prefix(Q, "<think>\nmaybe <tool_call>", KVANT_CHAT_TOOL_TEXT, 25); /* reasoning */
+    expect_prefix(Q, "<think>\nR\n</think>\n\n<tool_call>", KVANT_CHAT_TOOL_CALL, 18);
+    expect_prefix(KVANT_CHAT_GEMMA, "<tool_c", KVANT_CHAT_TOOL_MAYBE, 0);
+    expect_prefix(L, "", KVANT_CHAT_TOOL_MAYBE, 0);
+    expect_prefix(L, " {", KVANT_CHAT_TOOL_MAYBE, 0);
+    expect_prefix(L, "{\"na", KVANT_CHAT_TOOL_MAYBE, 0);
+    expect_prefix(L, "{\"name\"", KVANT_CHAT_TOOL_CALL, 0);
+    expect_prefix(L, "{ \"type\": \"function\"", KVANT_CHAT_TOOL_CALL, 0);
+    expect_prefix(L, "{\"city\"", KVANT_CHAT_TOOL_TEXT, 7);
+    expect_prefix(L, "Sure", KVANT_CHAT_TOOL_TEXT, 4);
+    expect_prefix(L, "Sure <|python", KVANT_CHAT_TOOL_MAYBE, 4);
+    expect_prefix(L, "Sure <|python_tag|>{", KVANT_CHAT_TOOL_CALL, 4);
+    expect_prefix(M, "[TOOL", KVANT_CHAT_TOOL_MAYBE, 0);
+    expect_prefix(M, "a [T", KVANT_CHAT_TOOL_MAYBE, 1);
+    expect_prefix(M, "[TOOL_CALLS][", KVANT_CHAT_TOOL_CALL, 0);
+    expect_prefix(M, "[INST]", KVANT_CHAT_TOOL_TEXT, 6);
+    assert_int_equal(kvant_chat_tool_prefix(Q, NULL, 3, NULL), KVANT_CHAT_TOOL_TEXT);
+    /* over every prefix of whole replies: plain_len never shrinks, and the
+     * parsed content begins with what it let through */
+    static const struct {
+        kvant_chat_template t;
+        const char *reply;
+    } replies[] = {
+        {KVANT_CHAT_QWEN3, "<think>\nplan <tool_call>\n</think>\n\nOK \n\n<tool_call>\n{\"name\": \"f\"}\n</tool_call>"},
+        {KVANT_CHAT_QWEN2_5, "A <tool> B\n\n C <tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n"},
+        {KVANT_CHAT_QWEN2_5, "Not <tool_call> a call"},
+        {KVANT_CHAT_LLAMA3_2, "  {\"name\": \"f\", \"parameters\": {\"a\": 1}}"},
+        {KVANT_CHAT_LLAMA3_2, "{\"nope\": 1} is JSON"},
+        {KVANT_CHAT_LLAMA3_2, "Let me <|python_tag|>{\"name\": \"f\", \"parameters\": {}}"},
+        {KVANT_CHAT_MISTRAL_V7, "Sure [TOOL_C\n [TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {}}]"},
+    };
+    for (size_t i = 0; i < sizeof replies / sizeof *replies; i++) {
+        const char *text = replies[i].reply;
+        const size_t len = strlen(text);
+        kvant_chat_reply r;
+        kvant_status st;
+        assert_int_equal(kvant_chat_parse_tool_calls(replies[i].t, text, len, 0, &r, &st), KVANT_OK);
+        size_t last = 0;
+        for (size_t k = 0; k <= len; k++) {
+            size_t plain;
+            kvant_chat_tool_prefix(replies[i].t, text, k, &plain);
+            if (plain < last || plain > k || strncmp(r.content, text, plain))
+                fail_msg("reply %zu, prefix %zu: plain %zu after %zu; content '%s'", i, k, plain, last, r.content);
+            last = plain;
+        }
+        kvant_chat_reply_free(&r);
+    }
+}
+
+/* ---- chat/json.c: what tojson writes (as @huggingface/jinja / JavaScript) -------------- */
+static void expect_json(const char *in, int indent, const char *tojson, const char *compact) {
+    chat_json_doc *d = chat_json_doc_new();
+    const chat_json *v = chat_json_parse_all(d, in, strlen(in), NULL);
+    if (!v) fail_msg("'%s' did not parse", in);
+    chat_buf a = {0}, b = {0};
+    chat_json_tojson(&a, v, indent);
+    chat_json_compact(&b, v);
+    if (strcmp(a.p, tojson)) fail_msg("tojson(%s) = %s, want %s", in, a.p, tojson);
+    if (compact && strcmp(b.p, compact)) fail_msg("compact(%s) = %s, want %s", in, b.p, compact);
+    free(a.p);
+    free(b.p);
+    chat_json_doc_free(d);
+}
+
+static void test_json(void **state) {
+    (void)state;
+    /* numbers as JavaScript prints them; compact keeps the text */
+    expect_json("[1.0, -0, 0.1, 1e21, 1e20, 123456789012345678901, 1.5e-7, 0.000001, -2.50E+3, 1e400, 5e-324]", 0,
+                "[1, 0, 0.1, 1e+21, 100000000000000000000, 123456789012345680000, 1.5e-7, 0.000001, -2500, null, 5e-324]",
+                "[1.0,-0,0.1,1e21,1e20,123456789012345678901,1.5e-7,0.000001,-2.50E+3,1e400,5e-324]");
+    /* strings: JSON.stringify's escapes, UTF-8 as it is, a lone surrogate escaped */
+    expect_json("\"a\\\"b\\\\c\\/d\\n\\t\\u0001\\u00e9\\ud83d\\ude00\\ud800x\x7f\"", 0,
+                "\"a\\\"b\\\\c/d\\n\\t\\u0001\xc3\xa9\xf0\x9f\x98\x80\\ud800x\x7f\"", NULL);
+    /* members: array-index keys first (ascending), a repeated key keeps its place with its last value */
+    expect_json("{\"b\": 1, \"10\": 2, \"a\": [], \"2\": {}, \"01\": 3, \"b\": 4}", 0,
+                "{\"2\": {}, \"10\": 2, \"b\": 4, \"a\": [], \"01\": 3}", "{\"b\":4,\"10\":2,\"a\":[],\"2\":{},\"01\":3}");
+    /* indent: one member a line, empty containers on one */
+    expect_json("{\"a\": [1, {\"b\": null}], \"c\": {}, \"d\": []}", 2,
+                "{\n  \"a\": [\n    1,\n    {\n      \"b\": null\n    }\n  ],\n  \"c\": {},\n  \"d\": []\n}", NULL);
+    /* not JSON */
+    static const char *const bad[] = {"", "[1,]", "{\"a\" 1}", "\"raw\ttab\"", "01", "1.", "-", "tru", "[1] x",
+                                      "\"\\x\"", "\"\\u12\"", "{\"a\":1,}", "\"open", "[", "nul"};
+    chat_json_doc *d = chat_json_doc_new();
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        if (chat_json_parse_all(d, bad[i], strlen(bad[i]), NULL)) fail_msg("'%s' parsed", bad[i]);
+    /* nesting is bounded (256), and one value can be read off the front of a text */
+    char deep[1200];
+    memset(deep, '[', 600);
+    memset(deep + 600, ']', 600);
+    assert_null(chat_json_parse_all(d, deep, 1200, NULL));
+    assert_non_null(chat_json_parse_all(d, deep + 400, 400, NULL)); /* 200 deep */
+    size_t end;
+    assert_non_null(chat_json_parse(d, " {\"a\": 1} ; {}", 14, &end, NULL));
+    assert_int_equal(end, 9);
+    chat_json_doc_free(d);
 }
 
 /* ---- detection and names ------------------------------------------------------------ */
@@ -560,7 +965,10 @@ int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_template), cmocka_unit_test(test_family_details),
-        cmocka_unit_test(test_bad_messages),   cmocka_unit_test(test_detect),
+        cmocka_unit_test(test_bad_messages),   cmocka_unit_test(test_tools_render),
+        cmocka_unit_test(test_tools_render_details), cmocka_unit_test(test_tools_parse),
+        cmocka_unit_test(test_tools_prefix),   cmocka_unit_test(test_json),
+        cmocka_unit_test(test_detect),
         cmocka_unit_test(test_names),          cmocka_unit_test(test_tokenize),
         cmocka_unit_test(test_real_vocab_specials),
         cmocka_unit_test(test_serve_apply_template), cmocka_unit_test(test_run_chat),
