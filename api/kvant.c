@@ -102,6 +102,11 @@ int kvant_tokenize(const kvant_model *km, const char *text, size_t len, bool add
     return tok_encode(km->m->tok, text, len, add_bos, false, tokens, max);
 }
 
+int kvant_tokenize_ex(const kvant_model *km, const char *text, size_t len, bool add_bos, bool parse_special,
+                      int32_t *tokens, int max) {
+    return tok_encode(km->m->tok, text ? text : "", text ? len : 0, add_bos, parse_special, tokens, max < 0 ? 0 : max);
+}
+
 int32_t *kvant_tokenize_all(const kvant_model *km, const char *text, size_t len, bool add_bos, int *n,
                             kvant_status *st) {
     *n = 0;

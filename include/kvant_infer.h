@@ -82,6 +82,13 @@ int kvant_model_meta_str(const kvant_model *m, const char *key, char *buf, size_
  * or -(needed) if max_tokens is too small. */
 int kvant_tokenize(const kvant_model *m, const char *text, size_t len, bool add_bos,
                    int32_t *tokens, int max_tokens);
+/* As kvant_tokenize, and with parse_special the text of a control token
+ * (e.g. "<|im_end|>", "<s>") becomes that token instead of being split
+ * into ordinary pieces (kvant_tokenize: false; kvant_chat_tokenize: true).
+ * Returns the count, -(needed) when max_tokens is too small, INT_MIN when
+ * out of memory. */
+int kvant_tokenize_ex(const kvant_model *m, const char *text, size_t len, bool add_bos, bool parse_special,
+                      int32_t *tokens, int max_tokens);
 /* The whole text's tokens in a malloc'd array of *n (the caller frees it):
  * no guess at the count (byte fallback can give 3 tokens for one byte).
  * NULL + st when out of memory. */

@@ -3,6 +3,7 @@
  * page, the content reader of streams, start / stop.  The other jobs are
  * validate.c, engine_loop.c and render.c (see srv_internal.h). */
 #include <arpa/inet.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -242,6 +243,41 @@ static enum MHD_Result handle_apply_template(srv *s, conn_ctx *x, struct MHD_Con
     return ret;
 }
 
+/* POST /tokenize {"content", "add_special", "parse_special", "with_pieces"}
+ * -> {"tokens": [...]}, and POST /detokenize {"tokens": [...]} ->
+ * {"content": "..."}: llama-server's endpoints, keyed as the /v1 endpoints are. */
+static enum MHD_Result handle_tokens(srv *s, conn_ctx *x, struct MHD_Connection *c, bool detok) {
+    enum MHD_Result ret;
+    cJSON *j = body_json(s, x, c, &ret);
+    if (!j) return ret;
+    parsed p = {0};
+    verr v = {0};
+    cJSON *o = NULL;
+    if (!(detok ? srv_validate_detokenize(s, j, &p, &v) : srv_validate_tokenize(s, j, &p, &v))) {
+        ret = send_verr(s, x, c, &v);
+        goto out;
+    }
+    if (detok) {
+        o = srv_render_detokenize(s, p.ids, p.n_ids);
+    } else {
+        const size_t len = strlen(p.text);
+        int cap = len < (size_t)INT_MAX / 2 ? (int)len + 8 : 0, n = -1;
+        for (int tries = 0; tries < 2 && cap > 0 && n < 0; tries++) {
+            free(p.tok);
+            if (!(p.tok = malloc((size_t)cap * sizeof *p.tok))) break;
+            n = kvant_tokenize_ex(s->m, p.text, len, p.add_special, p.parse_special, p.tok, cap);
+            if (n == INT_MIN) break;
+            if (n < 0) cap = -n;
+        }
+        if (n >= 0) o = srv_render_tokens(s, p.tok, n, p.with_pieces);
+    }
+    ret = o ? send_json(x, c, 200, o) : send_error(s, x, c, 500, "server_error", NULL, NULL, "out of memory");
+out:
+    srv_parsed_free(&p);
+    cJSON_Delete(j);
+    return ret;
+}
+
 /* ---- routing ------------------------------------------------------------------ */
 static bool authorized(srv *s, struct MHD_Connection *c) {
     if (!s->api_key) return true;
@@ -276,7 +312,8 @@ static enum MHD_Result route_request(srv *s, conn_ctx *x, struct MHD_Connection 
         if (!t) return MHD_NO;
         return send_text(x, c, 200, "text/plain; version=0.0.4; charset=utf-8", t, NULL);
     }
-    const bool v1 = !strncmp(url, "/v1/", 4) || !strcmp(url, "/apply-template");
+    const bool v1 = !strncmp(url, "/v1/", 4) || !strcmp(url, "/apply-template") || !strcmp(url, "/tokenize") ||
+                    !strcmp(url, "/detokenize");
     if (v1 && !authorized(s, c))
         return send_error(s, x, c, MHD_HTTP_UNAUTHORIZED, "invalid_request_error", NULL, "invalid_api_key",
                           "missing or wrong API key (send 'Authorization: Bearer KEY')");
@@ -295,6 +332,10 @@ static enum MHD_Result route_request(srv *s, conn_ctx *x, struct MHD_Connection 
     if (!strcmp(url, "/apply-template")) {
         if (!post) goto method;
         return handle_apply_template(s, x, c);
+    }
+    if (!strcmp(url, "/tokenize") || !strcmp(url, "/detokenize")) {
+        if (!post) goto method;
+        return handle_tokens(s, x, c, url[1] == 'd');
     }
     if (!strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions")) {
         if (!post) goto method;

@@ -266,3 +266,54 @@ cJSON *srv_render_final(sreq *r) {
     cJSON_AddItemToObject(j, "usage", usage_json(r));
     return j;
 }
+
+/* ---- /tokenize, /detokenize ---------------------------------------------------- */
+static bool utf8_valid(const char *s, size_t n) {
+    char *f = utf8_fix(s, n);
+    const bool ok = f && strlen(f) == n && !memcmp(f, s, n);
+    free(f);
+    return ok;
+}
+
+cJSON *srv_render_tokens(srv *s, const int32_t *tok, int n, bool with_pieces) {
+    cJSON *j = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(j, "tokens");
+    char piece[256];
+    for (int i = 0; i < n; i++) {
+        if (!with_pieces) {
+            cJSON_AddItemToArray(arr, cJSON_CreateNumber(tok[i]));
+            continue;
+        }
+        /* the bytes the token adds after the one before it, so the pieces
+         * concatenate to /detokenize's text; not valid UTF-8 alone (a
+         * byte-fallback token): the bytes as numbers, as llama-server */
+        const int m = kvant_token_to_piece(s->m, i ? tok[i - 1] : -1, tok[i], piece, sizeof piece);
+        const size_t len = (size_t)(m > 0 ? m : 0);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", tok[i]);
+        if (utf8_valid(piece, len)) {
+            cJSON_AddItemToObject(o, "piece", srv_str_json(piece, len));
+        } else {
+            cJSON *b = cJSON_AddArrayToObject(o, "piece");
+            for (size_t k = 0; k < len; k++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)piece[k]));
+        }
+        cJSON_AddItemToArray(arr, o);
+    }
+    return j;
+}
+
+cJSON *srv_render_detokenize(srv *s, const int32_t *tok, int n) {
+    srv_text t = {0};
+    char piece[256];
+    bool ok = srv_text_append(&t, "", 0);
+    for (int i = 0; ok && i < n; i++) {
+        const int m = kvant_token_to_piece(s->m, i ? tok[i - 1] : -1, tok[i], piece, sizeof piece);
+        ok = srv_text_append(&t, piece, (size_t)(m > 0 ? m : 0));
+    }
+    cJSON *j = NULL;
+    if (ok) {
+        j = cJSON_CreateObject();
+        cJSON_AddItemToObject(j, "content", srv_str_json(t.buf, t.len));
+    }
+    srv_text_free(&t);
+    return j;
+}

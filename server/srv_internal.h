@@ -127,10 +127,10 @@ typedef struct {
     char msg[512];
 } verr;
 
-/* A validated generation request, ready to submit. */
+/* A validated request, ready to submit (generation) or to answer. */
 typedef struct {
-    char *text;             /* prompt text (malloc'd) or NULL when ids */
-    int32_t *ids;           /* token ids given directly */
+    char *text;             /* prompt text (malloc'd) or NULL when ids; /tokenize: the content */
+    int32_t *ids;           /* token ids given directly; /detokenize: the tokens */
     int n_ids;
     int32_t *tok;           /* the prompt's tokens (malloc'd), n_prompt of them */
     int n_prompt;
@@ -140,6 +140,7 @@ typedef struct {
     char *stops[SRV_MAX_STOPS];
     int n_stops;
     bool has_max_tokens;
+    bool add_special, parse_special, with_pieces; /* /tokenize */
 } parsed;
 
 /* ---- http.c ------------------------------------------------------------------ */
@@ -151,6 +152,8 @@ void srv_log(kvant_log_level lvl, const char *fmt, ...) __attribute__((format(pr
 bool srv_validate_completion(srv *s, cJSON *j, parsed *p, verr *v);   /* POST /v1/completions */
 bool srv_validate_chat(srv *s, cJSON *j, parsed *p, verr *v);         /* POST /v1/chat/completions */
 bool srv_validate_apply_template(srv *s, cJSON *j, parsed *p, verr *v); /* POST /apply-template: p->text */
+bool srv_validate_tokenize(srv *s, cJSON *j, parsed *p, verr *v);     /* POST /tokenize */
+bool srv_validate_detokenize(srv *s, cJSON *j, parsed *p, verr *v);   /* POST /detokenize: p->ids */
 void srv_parsed_free(parsed *p);
 
 /* ---- engine_loop.c ------------------------------------------------------------ */
@@ -172,6 +175,10 @@ void srv_reg_cancel_all(srv *s);
 void srv_drain(sreq *r);
 /* the whole (non-streamed) response body of a finished request */
 cJSON *srv_render_final(sreq *r);
+/* {"tokens": [ids]}, or with_pieces [{"id", "piece"}] (llama-server's /tokenize) */
+cJSON *srv_render_tokens(srv *s, const int32_t *tok, int n, bool with_pieces);
+/* {"content": text} (NULL when out of memory) */
+cJSON *srv_render_detokenize(srv *s, const int32_t *tok, int n);
 /* a JSON string of s[0..n) made valid UTF-8 (bad bytes become U+FFFD) */
 cJSON *srv_str_json(const char *s, size_t n);
 

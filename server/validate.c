@@ -280,3 +280,59 @@ bool srv_validate_apply_template(srv *s, cJSON *j, parsed *p, verr *v) {
     bool add = true;
     return get_bool(j, "add_generation_prompt", &add, v) && parse_messages(s, j, p, v, add);
 }
+
+/* fields outside `allowed` (NULL-terminated) are refused by name */
+static bool only_fields(cJSON *j, const char *const *allowed, verr *v) {
+    cJSON *f;
+    cJSON_ArrayForEach(f, j) {
+        const char *const *a = allowed;
+        while (*a && strcmp(*a, f->string)) a++;
+        if (!*a) {
+            v->code = "unknown_field";
+            return bad(v, f->string, "unrecognized request argument supplied: '%.64s'", f->string);
+        }
+    }
+    return true;
+}
+
+/* {"content": "...", "add_special": false, "parse_special": true,
+ *  "with_pieces": false} (llama-server's /tokenize and its defaults) */
+bool srv_validate_tokenize(srv *s, cJSON *j, parsed *p, verr *v) {
+    (void)s;
+    static const char *const allowed[] = {"content", "add_special", "parse_special", "with_pieces", "model", NULL};
+    if (!only_fields(j, allowed, v)) return false;
+    cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "content");
+    if (!cJSON_IsString(c)) return bad(v, "content", "'content' must be a string");
+    p->add_special = false;
+    p->parse_special = true;
+    if (!get_bool(j, "add_special", &p->add_special, v) || !get_bool(j, "parse_special", &p->parse_special, v) ||
+        !get_bool(j, "with_pieces", &p->with_pieces, v) || !check_model(s, j, v))
+        return false;
+    if (!(p->text = strdup(c->valuestring))) {
+        v->status = 500;
+        return bad(v, NULL, "out of memory");
+    }
+    return true;
+}
+
+/* {"tokens": [ids]} */
+bool srv_validate_detokenize(srv *s, cJSON *j, parsed *p, verr *v) {
+    static const char *const allowed[] = {"tokens", "model", NULL};
+    if (!only_fields(j, allowed, v)) return false;
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokens");
+    if (!cJSON_IsArray(t)) return bad(v, "tokens", "'tokens' must be an array of token ids");
+    const int n = cJSON_GetArraySize(t);
+    if (n && !(p->ids = malloc((size_t)n * sizeof *p->ids))) {
+        v->status = 500;
+        return bad(v, NULL, "out of memory");
+    }
+    cJSON *e;
+    cJSON_ArrayForEach(e, t) {
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0 && e->valuedouble < s->info.vocab_size) ||
+            e->valuedouble != (double)(int)e->valuedouble)
+            return bad(v, "tokens", "token ids must be integers in [0, %d); tokens[%d] is not", s->info.vocab_size,
+                       p->n_ids);
+        p->ids[p->n_ids++] = (int32_t)e->valuedouble;
+    }
+    return check_model(s, j, v);
+}

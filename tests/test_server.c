@@ -3,7 +3,8 @@
  * endpoint, every error of the error matrix, streaming, n > 1, stop strings,
  * logprobs, client disconnect (the sequence is cancelled, /metrics shows its
  * blocks returned), batched == sequential greedy outputs and a graceful
- * SIGTERM.  Also unit checks of the stop-string scan. */
+ * SIGTERM; /tokenize and /detokenize.  Also unit checks of the stop-string
+ * scan. */
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <signal.h>
@@ -398,6 +399,62 @@ static void test_stop_and_logprobs(void **state) {
     cJSON_Delete(full);
 }
 
+/* /tokenize and /detokenize (llama-server's shapes), keyed as /v1 is */
+static void test_tokenize_detokenize(void **state) {
+    (void)state;
+    const char *text = "Once upon a time, Lily saw a big dog.";
+    char req[256];
+    snprintf(req, sizeof req, "{\"content\":\"%s\"}", text);
+    cJSON *t = post_ok("/tokenize", req);
+    cJSON *toks = cJSON_GetObjectItem(t, "tokens");
+    const int n = cJSON_GetArraySize(toks);
+    assert_true(n > 5);
+    /* round trip */
+    char *arr = cJSON_PrintUnformatted(toks);
+    char dreq[4096];
+    snprintf(dreq, sizeof dreq, "{\"tokens\":%s}", arr);
+    cJSON *d = post_ok("/detokenize", dreq);
+    assert_string_equal(jstr(d, "content"), text);
+    cJSON_Delete(d);
+    free(arr);
+    /* add_special: BOS first, one more token; the ids /v1/completions sees */
+    snprintf(req, sizeof req, "{\"content\":\"%s\",\"add_special\":true}", text);
+    cJSON *ts = post_ok("/tokenize", req);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(ts, "tokens")), n + 1);
+    assert_int_equal((int)jnum(ts, "tokens.0"), 1); /* stories260K's BOS */
+    snprintf(req, sizeof req, "{\"prompt\":\"%s\",\"max_tokens\":1}", text);
+    cJSON *cmp = post_ok("/v1/completions", req);
+    assert_int_equal((int)jnum(cmp, "usage.prompt_tokens"), n + 1);
+    cJSON_Delete(cmp);
+    cJSON_Delete(ts);
+    /* with_pieces: the same ids, pieces that concatenate to the text */
+    snprintf(req, sizeof req, "{\"content\":\"%s\",\"with_pieces\":true}", text);
+    cJSON *wp = post_ok("/tokenize", req);
+    char joined[256] = {0};
+    for (int i = 0; i < n; i++) {
+        cJSON *o = cJSON_GetArrayItem(cJSON_GetObjectItem(wp, "tokens"), i);
+        assert_int_equal((int)jnum(o, "id"), (int)cJSON_GetArrayItem(toks, i)->valuedouble);
+        assert_non_null(jstr(o, "piece"));
+        strcat(joined, jstr(o, "piece"));
+    }
+    assert_string_equal(joined, text);
+    cJSON_Delete(wp);
+    cJSON_Delete(t);
+    /* empty */
+    t = post_ok("/tokenize", "{\"content\":\"\"}");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(t, "tokens")), 0);
+    cJSON_Delete(t);
+    d = post_ok("/detokenize", "{\"tokens\":[]}");
+    assert_string_equal(jstr(d, "content"), "");
+    cJSON_Delete(d);
+    /* the key, the method */
+    buf b;
+    assert_int_equal(http(g_srv.port, "POST", "/tokenize", "{\"content\":\"x\"}", NULL, &b), 401);
+    free(b.p);
+    assert_int_equal(http(g_srv.port, "GET", "/detokenize", NULL, KEY, &b), 405);
+    free(b.p);
+}
+
 /* the error matrix: request -> status, OpenAI error body, server keeps serving */
 static void test_errors(void **state) {
     (void)state;
@@ -662,6 +719,7 @@ int main(void) {
         cmocka_unit_test(test_n_samples),
         cmocka_unit_test(test_stop_and_logprobs),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_tokenize_detokenize),
         cmocka_unit_test(test_batched_equals_sequential),
         cmocka_unit_test(test_disconnect_frees_blocks),
         cmocka_unit_test(test_queue_full_429),
