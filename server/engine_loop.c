@@ -41,10 +41,25 @@ sreq *srv_req_submit(srv *s, parsed *p, bool chat, struct MHD_Connection *c, dou
     r->stream = p->stream;
     r->include_usage = p->include_usage;
     r->n = p->req.n;
+    r->n_return = p->n_return > 0 ? p->n_return : r->n;
     r->logprobs = p->logprobs;
     r->n_prompt = n_prompt;
     r->last_prompt_tok = tok[n_prompt - 1];
-    for (int i = 0; i < r->n; i++) r->ch[i].prev = tok[n_prompt - 1];
+    for (int i = 0; i < r->n; i++) {
+        choice *ch = &r->ch[i];
+        ch->prev = tok[n_prompt - 1];
+        if (p->echo_text) { /* the text starts with the prompt; stop strings are looked for after it */
+            if (!srv_text_append(&ch->text, p->echo_text, strlen(p->echo_text))) {
+                r->refs = 1;
+                srv_req_unref(r);
+                st->code = KVANT_ERR_NOMEM;
+                snprintf(st->msg, sizeof st->msg, "out of memory");
+                return NULL;
+            }
+            ch->text.sent = ch->text.len;
+            ch->echo_unsent = true;
+        }
+    }
     memcpy(r->stops, p->stops, sizeof p->stops);
     r->n_stops = p->n_stops;
     p->n_stops = 0;

@@ -2,6 +2,7 @@
  * strings matched across token boundaries, incomplete UTF-8 withheld) and
  * the OpenAI JSON around it: completion and chat bodies, SSE chunks,
  * logprobs, usage. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,7 +162,9 @@ static void advance(sreq *r, int i) {
     if (end == c->text.sent && !c->lp && !c->reason) return;
     cJSON *j = chunk_head(r), *arr = cJSON_AddArrayToObject(j, "choices"), *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "index", i);
-    cJSON *txt = srv_str_json(c->text.buf ? c->text.buf + c->text.sent : "", end - c->text.sent);
+    const size_t from = c->echo_unsent ? 0 : c->text.sent; /* echo: the prompt goes with the first chunk */
+    c->echo_unsent = false;
+    cJSON *txt = srv_str_json(c->text.buf ? c->text.buf + from : "", end - from);
     if (r->chat) {
         cJSON *d = cJSON_AddObjectToObject(o, "delta");
         if (!r->role_sent) cJSON_AddStringToObject(d, "role", "assistant");
@@ -207,6 +210,7 @@ void srv_drain(sreq *r) {
             srv_text_append(&c->text, piece, (size_t)(len > 0 ? len : 0));
             c->prev = ev->token;
             c->n_tokens++;
+            c->lp_sum += ev->logprob;
         }
         if (ev->finish != KVANT_FINISH_NONE) c->engine_finish = ev->finish;
         if (r->stream) advance(r, ev->index);
@@ -245,10 +249,24 @@ void srv_drain(sreq *r) {
     }
 }
 
+/* best_of: a choice's rank is its mean token logprob (the model's, at
+ * temperature 1, before bias and penalties); a choice without tokens ranks
+ * last; ties keep the sample order */
+static double mean_logprob(const choice *c) { return c->n_tokens ? c->lp_sum / c->n_tokens : -INFINITY; }
+
 cJSON *srv_render_final(sreq *r) {
+    int order[SRV_MAX_N];
+    for (int i = 0; i < r->n; i++) order[i] = i;
+    if (r->n_return < r->n) /* insertion sort, best first (stable) */
+        for (int i = 1; i < r->n; i++)
+            for (int k = i; k > 0 && mean_logprob(&r->ch[order[k]]) > mean_logprob(&r->ch[order[k - 1]]); k--) {
+                const int t = order[k];
+                order[k] = order[k - 1];
+                order[k - 1] = t;
+            }
     cJSON *j = chunk_head(r), *arr = cJSON_AddArrayToObject(j, "choices");
-    for (int i = 0; i < r->n; i++) {
-        choice *ch = &r->ch[i];
+    for (int i = 0; i < r->n_return; i++) {
+        choice *ch = &r->ch[order[i]];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "index", i);
         cJSON *txt = srv_str_json(ch->text.buf ? ch->text.buf : "", ch->text.len);

@@ -34,7 +34,7 @@
 #include "server/server.h"
 
 #define SRV_MAX_N 16       /* most samples per request */
-#define SRV_MAX_STOPS 16
+#define SRV_MAX_STOPS 4    /* OpenAI's limit */
 #define SRV_MAX_STOP_LEN 256
 #define SRV_EVENTS 4096    /* events taken per engine step call */
 
@@ -46,7 +46,9 @@ typedef struct {
     kvant_finish engine_finish;
     const char *reason;     /* finish_reason once finished, else NULL */
     bool reason_sent;
+    bool echo_unsent;       /* the echoed prompt at the start of text is not streamed yet */
     cJSON *lp;              /* pending logprobs (stream: per chunk; else all) */
+    double lp_sum;          /* sum of the tokens' logprobs (best_of ranks by the mean) */
 } choice;
 
 /* A request between submission and its last byte.  Two references: the
@@ -60,7 +62,8 @@ typedef struct sreq {
     int refs;               /* atomic: the connection + the registry */
     int64_t id;
     bool chat, stream, include_usage;
-    int n;
+    int n;                  /* samples the engine generates (best_of) */
+    int n_return;           /* choices in the response: the n_return best (all when equal) */
     choice ch[SRV_MAX_N];
     char *stops[SRV_MAX_STOPS];
     int n_stops;
@@ -134,12 +137,17 @@ typedef struct {
     int n_ids;
     int32_t *tok;           /* the prompt's tokens (malloc'd), n_prompt of them */
     int n_prompt;
-    kvant_request req;
+    kvant_request req;      /* req.n: samples generated (best_of) */
+    int n_return;           /* samples returned (n <= best_of): the best by mean logprob */
     bool stream, include_usage;
-    int logprobs;
+    int logprobs;           /* -1: off; else top alternatives per token */
     char *stops[SRV_MAX_STOPS];
     int n_stops;
     bool has_max_tokens;
+    const char *max_name;   /* "max_tokens" or "max_completion_tokens", for errors */
+    kvant_logit_bias *bias; /* req.sampling.logit_bias (malloc'd) */
+    bool echo;              /* completions: the prompt's text before each completion */
+    char *echo_text;
     bool add_special, parse_special, with_pieces; /* /tokenize */
 } parsed;
 

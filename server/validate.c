@@ -1,8 +1,18 @@
 /* validate.c - request bodies -> parsed requests, one function per
  * endpoint.  Every field is type- and range-checked; a refusal names the
  * field (verr.param) in OpenAI's error shape.  Generation requests are
- * tokenized here and checked against the context. */
+ * tokenized here and checked against the context.
+ *
+ * The rule for fields (README, "Request fields", has the table): a field
+ * that changes the output is honoured or refused with a 400 that names it;
+ * nothing is dropped silently.  Fields kvant does not know are refused (as
+ * OpenAI does: "Unrecognized request argument"), so a typo or a sampler
+ * kvant lacks shows up at once; annotations that change nothing (user,
+ * metadata, store, service_tier, ...) are accepted, type-checked and
+ * ignored.  The fields of structured output and tools are refused in ONE
+ * place below, "NOT SUPPORTED YET", which the grammar integration replaces. */
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,8 +21,7 @@
 
 #include "server/srv_internal.h"
 
-/* ---- fields -------------------------------------------------------------------- */
-
+static bool bad(verr *v, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static bool bad(verr *v, const char *param, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -22,35 +31,253 @@ static bool bad(verr *v, const char *param, const char *fmt, ...) {
     return false;
 }
 
+/* ---- fields -------------------------------------------------------------------- */
+static cJSON *field(cJSON *j, const char *name) {
+    cJSON *f = cJSON_GetObjectItemCaseSensitive(j, name);
+    return f && !cJSON_IsNull(f) ? f : NULL; /* null is absent, as OpenAI's clients send it */
+}
+
 /* number field: absent/null keeps *out; wrong type or range is an error */
 static bool get_num(cJSON *j, const char *name, double lo, double hi, bool integer, double *out, verr *v) {
-    cJSON *f = cJSON_GetObjectItemCaseSensitive(j, name);
-    if (!f || cJSON_IsNull(f)) return true;
+    cJSON *f = field(j, name);
+    if (!f) return true;
     if (!cJSON_IsNumber(f)) return bad(v, name, "'%s' must be a number", name);
     const double x = f->valuedouble;
-    if (integer && x != (double)(int64_t)x) return bad(v, name, "'%s' must be an integer", name);
+    if (integer && !(x >= -9.2e18 && x <= 9.2e18 && x == (double)(int64_t)x))
+        return bad(v, name, "'%s' must be an integer", name);
     if (!(x >= lo && x <= hi)) return bad(v, name, "'%s' must be in [%g, %g], got %g", name, lo, hi, x);
     *out = x;
     return true;
 }
 
 static bool get_bool(cJSON *j, const char *name, bool *out, verr *v) {
-    cJSON *f = cJSON_GetObjectItemCaseSensitive(j, name);
-    if (!f || cJSON_IsNull(f)) return true;
+    cJSON *f = field(j, name);
+    if (!f) return true;
     if (!cJSON_IsBool(f)) return bad(v, name, "'%s' must be a boolean", name);
     *out = cJSON_IsTrue(f);
     return true;
 }
 
-
 void srv_parsed_free(parsed *p) {
     free(p->text);
     free(p->ids);
     free(p->tok);
+    free(p->echo_text);
+    free(p->bias);
     for (int i = 0; i < p->n_stops; i++) free(p->stops[i]);
 }
 
+/* ---- the fields each endpoint takes ----------------------------------------------
+ * Every top-level field of /v1/completions (C) and /v1/chat/completions (H).
+ * A field outside this table is refused by name; so is one on the other
+ * endpoint, and one given twice (JSON allows it; which one wins is not
+ * defined).  What each does: README, "Request fields". */
+enum { C = 1, H = 2, CH = 3 };
+static const struct {
+    const char *name;
+    int where;
+} known_fields[] = {
+    /* the request */
+    {"model", CH}, {"prompt", C}, {"messages", H}, {"stream", CH}, {"stream_options", CH},
+    /* length and stops */
+    {"max_tokens", CH}, {"max_completion_tokens", H}, {"stop", CH}, {"ignore_eos", CH},
+    /* sampling */
+    {"temperature", CH}, {"top_p", CH}, {"top_k", CH}, {"min_p", CH}, {"seed", CH}, {"n", CH}, {"best_of", C},
+    {"presence_penalty", CH}, {"frequency_penalty", CH}, {"repeat_penalty", CH}, {"repetition_penalty", CH},
+    {"repeat_last_n", CH}, {"logit_bias", CH},
+    /* output shape */
+    {"logprobs", CH}, {"top_logprobs", H}, {"echo", C}, {"suffix", C},
+    /* refused while unsupported (see "NOT SUPPORTED YET" below, and the
+     * modalities checks) */
+    {"response_format", CH}, {"grammar", CH}, {"json_schema", CH}, {"tools", H}, {"tool_choice", H},
+    {"functions", H}, {"function_call", H}, {"modalities", H}, {"audio", H}, {"reasoning_effort", H},
+    {"web_search_options", H},
+    /* annotations and hints that change nothing: accepted, checked, ignored */
+    {"user", CH}, {"metadata", CH}, {"store", CH}, {"service_tier", CH}, {"parallel_tool_calls", H},
+    {"prediction", H},
+};
+enum { N_KNOWN = sizeof known_fields / sizeof *known_fields };
+
+static bool check_known_fields(cJSON *j, bool chat, verr *v) {
+    bool seen[N_KNOWN] = {0};
+    cJSON *f;
+    cJSON_ArrayForEach(f, j) {
+        int k = 0;
+        while (k < N_KNOWN && strcmp(known_fields[k].name, f->string)) k++;
+        if (k == N_KNOWN) {
+            v->code = "unknown_field";
+            return bad(v, f->string, "unrecognized request argument supplied: '%.64s' (README, \"Request fields\", "
+                       "lists what kvant takes)", f->string);
+        }
+        if (!(known_fields[k].where & (chat ? H : C))) {
+            v->code = "unknown_field";
+            return bad(v, known_fields[k].name, "'%s' is a field of %s, not of %s", known_fields[k].name,
+                       chat ? "/v1/completions" : "/v1/chat/completions",
+                       chat ? "/v1/chat/completions" : "/v1/completions");
+        }
+        if (seen[k]) return bad(v, known_fields[k].name, "'%s' is given twice", known_fields[k].name);
+        seen[k] = true;
+    }
+    return true;
+}
+
+/* ==== NOT SUPPORTED YET: structured output and tools =============================
+ * Constrained decoding (grammar/) is not wired into the engine yet, so every
+ * field that asks for it is refused here, by name, with a 400 - never
+ * ignored, since ignoring it would hand back unconstrained text as if it
+ * were JSON or a tool call.  The grammar integration replaces this block
+ * (and refuse_tool_message below) with the real parsing.
+ *   response_format  allowed only as {"type": "text"} (the default)
+ *   grammar          llama.cpp's GBNF string
+ *   json_schema      llama.cpp's top-level schema
+ *   tools, functions allowed only empty ([]): nothing to call
+ *   tool_choice, function_call  allowed only "none"
+ * In messages: role "tool" / "function", and tool_calls, tool_call_id,
+ * function_call on a message. */
+static bool refuse_structured(cJSON *j, bool chat, verr *v) {
+    cJSON *f;
+    if ((f = field(j, "response_format"))) {
+        cJSON *t = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL;
+        if (!cJSON_IsString(t))
+            return bad(v, "response_format", "'response_format' must be an object with a string 'type'");
+        if (strcmp(t->valuestring, "text") || cJSON_GetArraySize(f) != 1)
+            return bad(v, "response_format", "response_format is not supported yet (only {\"type\": \"text\"}; "
+                       "got type '%.32s')", t->valuestring);
+    }
+    if (field(j, "grammar")) return bad(v, "grammar", "grammar is not supported yet");
+    if (field(j, "json_schema")) return bad(v, "json_schema", "json_schema is not supported yet");
+    if (!chat) return true;
+    static const char *const lists[] = {"tools", "functions"}, *const choices[] = {"tool_choice", "function_call"};
+    for (int i = 0; i < 2; i++) {
+        if ((f = field(j, lists[i])) && !(cJSON_IsArray(f) && !cJSON_GetArraySize(f)))
+            return bad(v, lists[i], "%s is not supported yet", lists[i]);
+        if ((f = field(j, choices[i])) && !(cJSON_IsString(f) && !strcmp(f->valuestring, "none")))
+            return bad(v, choices[i], "%s is not supported yet (only \"none\")", choices[i]);
+    }
+    return true;
+}
+
+/* a message of a tool conversation (messages[i] = m, its role role) */
+static bool refuse_tool_message(cJSON *m, const char *role, int i, verr *v) {
+    if (!strcmp(role, "tool") || !strcmp(role, "function"))
+        return bad(v, "messages", "messages[%d]: unknown role '%s' (tool messages are not supported yet)", i, role);
+    static const char *const keys[] = {"tool_calls", "tool_call_id", "function_call"};
+    for (int k = 0; k < 3; k++) {
+        cJSON *f = field(m, keys[k]);
+        if (f && !(cJSON_IsArray(f) && !cJSON_GetArraySize(f)))
+            return bad(v, "messages", "messages[%d].%s is not supported yet (no tools)", i, keys[k]);
+    }
+    return true;
+}
+/* ==== end of NOT SUPPORTED YET ================================================== */
+
+/* Fields that exist but whose feature kvant lacks (not the grammar's). */
+static bool refuse_unsupported(cJSON *j, bool chat, verr *v) {
+    cJSON *f;
+    if (!chat) {
+        if ((f = field(j, "suffix")) && !cJSON_IsString(f)) return bad(v, "suffix", "'suffix' must be a string");
+        if (f && f->valuestring[0])
+            return bad(v, "suffix", "suffix is not supported (no fill-in-the-middle: kvant's models have no "
+                                    "insertion tokens)");
+        return true;
+    }
+    if ((f = field(j, "modalities"))) {
+        if (!cJSON_IsArray(f)) return bad(v, "modalities", "'modalities' must be an array of strings");
+        cJSON *e;
+        cJSON_ArrayForEach(e, f) if (!cJSON_IsString(e) || strcmp(e->valuestring, "text"))
+            return bad(v, "modalities", "modalities other than \"text\" are not supported");
+    }
+    if (field(j, "audio")) return bad(v, "audio", "audio output is not supported");
+    if ((f = field(j, "reasoning_effort")))
+        return bad(v, "reasoning_effort", "reasoning_effort is not supported (the chat templates have no "
+                                          "reasoning control; qwen3's is --chat-template qwen3-no-think)");
+    if (field(j, "web_search_options")) return bad(v, "web_search_options", "web search is not supported");
+    return true;
+}
+
+/* user, metadata, store, service_tier, parallel_tool_calls, prediction:
+ * checked for their type, then ignored (none changes the text) */
+static bool check_annotations(cJSON *j, verr *v) {
+    cJSON *f;
+    if ((f = field(j, "user")) && !cJSON_IsString(f)) return bad(v, "user", "'user' must be a string");
+    if ((f = field(j, "metadata"))) {
+        if (!cJSON_IsObject(f)) return bad(v, "metadata", "'metadata' must be an object of strings");
+        cJSON *e;
+        cJSON_ArrayForEach(e, f) if (!cJSON_IsString(e))
+            return bad(v, "metadata", "'metadata' must be an object of strings");
+    }
+    bool b;
+    if (!get_bool(j, "store", &b, v) || !get_bool(j, "parallel_tool_calls", &b, v)) return false;
+    if ((f = field(j, "service_tier"))) {
+        static const char *const tiers[] = {"auto", "default", "flex", "scale", "priority"};
+        bool ok = false;
+        for (int i = 0; i < 5 && cJSON_IsString(f); i++) ok |= !strcmp(f->valuestring, tiers[i]);
+        if (!ok) return bad(v, "service_tier", "'service_tier' must be one of auto, default, flex, scale, priority");
+    }
+    if ((f = field(j, "prediction")) && !cJSON_IsObject(f))
+        return bad(v, "prediction", "'prediction' must be an object");
+    return true;
+}
+
+/* "logit_bias": {"<token id>": bias in [-100, 100], ...} */
+static bool parse_logit_bias(srv *s, cJSON *j, parsed *p, verr *v) {
+    cJSON *lb = field(j, "logit_bias");
+    if (!lb) return true;
+    if (!cJSON_IsObject(lb)) return bad(v, "logit_bias", "'logit_bias' must be an object of token id -> bias");
+    const int n = cJSON_GetArraySize(lb);
+    if (n > 1024) return bad(v, "logit_bias", "'logit_bias' has %d entries; at most 1024", n);
+    if (!n) return true;
+    if (!(p->bias = malloc((size_t)n * sizeof *p->bias))) {
+        v->status = 500;
+        return bad(v, NULL, "out of memory");
+    }
+    cJSON *e;
+    int k = 0;
+    cJSON_ArrayForEach(e, lb) {
+        const char *key = e->string;
+        char *end;
+        const long id = strtol(key, &end, 10);
+        if (!key[0] || *end || key[0] < '0' || key[0] > '9' || id < 0 || id >= s->info.vocab_size)
+            return bad(v, "logit_bias", "logit_bias keys must be token ids in [0, %d) as strings, got '%.32s'",
+                       s->info.vocab_size, key);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
+            return bad(v, "logit_bias", "logit_bias values must be numbers in [-100, 100] (token %ld)", id);
+        for (int i = 0; i < k; i++)
+            if (p->bias[i].token == (int32_t)id) return bad(v, "logit_bias", "logit_bias names token %ld twice", id);
+        p->bias[k++] = (kvant_logit_bias){(int32_t)id, (float)e->valuedouble};
+    }
+    p->req.sampling.logit_bias = p->bias;
+    p->req.sampling.n_logit_bias = k;
+    return true;
+}
+
+/* "stop": a string or an array of up to SRV_MAX_STOPS strings */
+static bool parse_stop(cJSON *j, parsed *p, verr *v) {
+    cJSON *stop = field(j, "stop");
+    if (!stop) return true;
+    cJSON *one = cJSON_IsString(stop) ? stop : NULL;
+    if (!one && !cJSON_IsArray(stop)) return bad(v, "stop", "'stop' must be a string or an array of strings");
+    const int n = one ? 1 : cJSON_GetArraySize(stop);
+    if (n > SRV_MAX_STOPS) return bad(v, "stop", "at most %d stop strings (got %d)", SRV_MAX_STOPS, n);
+    for (int i = 0; i < n; i++) {
+        cJSON *e = one ? one : cJSON_GetArrayItem(stop, i);
+        if (!cJSON_IsString(e)) return bad(v, "stop", "'stop' must be a string or an array of strings");
+        const size_t len = strlen(e->valuestring);
+        if (!len || len > SRV_MAX_STOP_LEN)
+            return bad(v, "stop", "stop strings must have 1 to %d bytes", SRV_MAX_STOP_LEN);
+        if (!(p->stops[p->n_stops] = strdup(e->valuestring))) {
+            v->status = 500;
+            return bad(v, NULL, "out of memory");
+        }
+        p->n_stops++;
+    }
+    return true;
+}
+
 static bool parse_common(srv *s, cJSON *j, bool chat, parsed *p, verr *v) {
+    if (!check_known_fields(j, chat, v) || !refuse_structured(j, chat, v) || !refuse_unsupported(j, chat, v) ||
+        !check_annotations(j, v))
+        return false;
     double x;
     kvant_sampling *sp = &p->req.sampling;
     *sp = kvant_sampling_default();
@@ -58,72 +285,94 @@ static bool parse_common(srv *s, cJSON *j, bool chat, parsed *p, verr *v) {
     sp->seed = (uint64_t)time(NULL) * 6364136223846793005ULL + __atomic_add_fetch(&s->seed_ctr, 1, __ATOMIC_RELAXED);
     p->req.n = 1;
     p->logprobs = -1;
-    x = -1;
-    if (!get_num(j, chat ? "max_completion_tokens" : "max_tokens", 1, 1e9, true, &x, v)) return false;
-    if (!get_num(j, "max_tokens", 1, 1e9, true, &x, v)) return false;
+    /* length: max_completion_tokens is chat's newer name for max_tokens */
+    double mt = -1, mct = -1;
+    if (!get_num(j, "max_tokens", 1, 1e9, true, &mt, v)) return false;
+    if (chat && !get_num(j, "max_completion_tokens", 1, 1e9, true, &mct, v)) return false;
+    if (mt > 0 && mct > 0 && mt != mct)
+        return bad(v, "max_completion_tokens", "max_tokens (%g) and max_completion_tokens (%g) differ; give one",
+                   mt, mct);
+    x = mt > 0 ? mt : mct;
+    p->max_name = mt > 0 || mct <= 0 ? "max_tokens" : "max_completion_tokens";
     if (x > 0) p->req.max_tokens = (int)x, p->has_max_tokens = true;
+    /* sampling */
     x = sp->temperature;
     if (!get_num(j, "temperature", 0, 2, false, &x, v)) return false;
     sp->temperature = (float)x;
-    x = sp->top_p;
-    if (!get_num(j, "top_p", 0, 1, false, &x, v)) return false;
-    sp->top_p = x > 0 ? (float)x : 1.0f;
+    double top_p = 1;
+    if (!get_num(j, "top_p", 0, 1, false, &top_p, v)) return false;
+    sp->top_p = top_p > 0 ? (float)top_p : 1.0f;
     x = 0;
     if (!get_num(j, "top_k", -1, 1e6, true, &x, v)) return false;
     sp->top_k = x > 0 ? (int)x : 0;
+    if (top_p == 0) sp->top_k = 1; /* the smallest nucleus: the most likely token alone */
     x = 0;
     if (!get_num(j, "min_p", 0, 1, false, &x, v)) return false;
     sp->min_p = (float)x;
+    if (field(j, "repeat_penalty") && field(j, "repetition_penalty"))
+        return bad(v, "repetition_penalty", "give one of repeat_penalty (llama.cpp's name) and repetition_penalty "
+                                            "(vLLM's)");
     x = 1;
-    if (!get_num(j, "repetition_penalty", 0.01, 10, false, &x, v)) return false;
+    if (!get_num(j, "repetition_penalty", 0.01, 10, false, &x, v) ||
+        !get_num(j, "repeat_penalty", 0.01, 10, false, &x, v))
+        return false;
     sp->repeat_penalty = (float)x;
+    x = sp->repeat_last_n;
+    if (!get_num(j, "repeat_last_n", -1, 1 << 16, true, &x, v)) return false;
+    sp->repeat_last_n = x < 0 ? (s->max_ctx < (1 << 16) ? s->max_ctx : 1 << 16) : (int)x; /* -1: the context */
+    x = 0;
+    if (!get_num(j, "presence_penalty", -2, 2, false, &x, v)) return false;
+    sp->presence_penalty = (float)x;
+    x = 0;
+    if (!get_num(j, "frequency_penalty", -2, 2, false, &x, v)) return false;
+    sp->frequency_penalty = (float)x;
     x = -1;
     if (!get_num(j, "seed", -9.2e18, 9.2e18, true, &x, v)) return false;
     if (x != -1) sp->seed = (uint64_t)(int64_t)x;
+    if (!parse_logit_bias(s, j, p, v)) return false;
+    /* samples: n returned, best_of generated (completions) */
     x = 1;
     if (!get_num(j, "n", 1, SRV_MAX_N, true, &x, v)) return false;
+    p->n_return = (int)x;
+    x = p->n_return;
+    if (!get_num(j, "best_of", 1, SRV_MAX_N, true, &x, v)) return false;
+    if (x < p->n_return) return bad(v, "best_of", "best_of (%g) must be at least n (%d)", x, p->n_return);
     p->req.n = (int)x;
-    for (const char **pn = (const char *[]){"presence_penalty", "frequency_penalty", NULL}; *pn; pn++) {
-        x = 0;
-        if (!get_num(j, *pn, -2, 2, false, &x, v)) return false;
-    }
     if (!get_bool(j, "stream", &p->stream, v)) return false;
+    if (p->stream && p->req.n > p->n_return)
+        return bad(v, "best_of", "best_of > n cannot be streamed (the best are known only at the end)");
     if (!get_bool(j, "ignore_eos", &p->req.ignore_eos, v)) return false;
-    cJSON *so = cJSON_GetObjectItemCaseSensitive(j, "stream_options");
-    if (so && !cJSON_IsNull(so)) {
+    cJSON *so = field(j, "stream_options");
+    if (so) {
         if (!cJSON_IsObject(so)) return bad(v, "stream_options", "'stream_options' must be an object");
+        cJSON *f;
+        cJSON_ArrayForEach(f, so) if (strcmp(f->string, "include_usage"))
+            return bad(v, "stream_options", "unrecognized stream_options field '%.64s' (kvant takes include_usage)",
+                       f->string);
         if (!get_bool(so, "include_usage", &p->include_usage, v)) return false;
     }
+    /* logprobs: chat's is a boolean + top_logprobs, completions' a count */
     if (chat) {
         bool lp = false;
         if (!get_bool(j, "logprobs", &lp, v)) return false;
         x = 0;
         if (!get_num(j, "top_logprobs", 0, KVANT_MAX_LOGPROBS, true, &x, v)) return false;
+        if (field(j, "top_logprobs") && !lp)
+            return bad(v, "top_logprobs", "top_logprobs needs logprobs: true");
         if (lp) p->logprobs = (int)x;
     } else {
         x = -1;
         if (!get_num(j, "logprobs", 0, KVANT_MAX_LOGPROBS, true, &x, v)) return false;
         p->logprobs = (int)x;
+        if (!get_bool(j, "echo", &p->echo, v)) return false;
+        if (p->echo && p->logprobs >= 0)
+            return bad(v, "echo", "echo with logprobs is not supported (the prompt's logprobs are not computed)");
     }
     if (p->logprobs >= 0) p->req.logprobs = p->logprobs > 0 ? p->logprobs : 1;
-    cJSON *stop = cJSON_GetObjectItemCaseSensitive(j, "stop");
-    if (stop && !cJSON_IsNull(stop)) {
-        cJSON *one = cJSON_IsString(stop) ? stop : NULL;
-        if (!one && !cJSON_IsArray(stop)) return bad(v, "stop", "'stop' must be a string or an array of strings");
-        const int n = one ? 1 : cJSON_GetArraySize(stop);
-        if (n > SRV_MAX_STOPS) return bad(v, "stop", "at most %d stop strings", SRV_MAX_STOPS);
-        for (int i = 0; i < n; i++) {
-            cJSON *e = one ? one : cJSON_GetArrayItem(stop, i);
-            if (!cJSON_IsString(e)) return bad(v, "stop", "'stop' must be a string or an array of strings");
-            const size_t len = strlen(e->valuestring);
-            if (!len || len > SRV_MAX_STOP_LEN)
-                return bad(v, "stop", "stop strings must have 1 to %d bytes", SRV_MAX_STOP_LEN);
-            p->stops[p->n_stops++] = strdup(e->valuestring);
-        }
-    }
-    cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
-    if (model && !cJSON_IsNull(model) && !cJSON_IsString(model))
-        return bad(v, "model", "'model' must be a string");
+    if (p->req.n > p->n_return && !p->req.logprobs) p->req.logprobs = 1; /* best_of ranks by them */
+    if (!parse_stop(j, p, v)) return false;
+    cJSON *model = field(j, "model");
+    if (model && !cJSON_IsString(model)) return bad(v, "model", "'model' must be a string");
     return true;
 }
 
@@ -158,6 +407,24 @@ static bool parse_prompt(srv *s, cJSON *j, parsed *p, verr *v) {
     return bad(v, "prompt", "'prompt' must be a string, an array of token ids or an array of one string");
 }
 
+/* a message's keys: role and content; name is refused (the chat templates
+ * have no place for it, so it could only be dropped); the tool keys are
+ * refused in NOT SUPPORTED YET */
+static bool check_message_keys(cJSON *m, int i, verr *v) {
+    cJSON *f;
+    cJSON_ArrayForEach(f, m) {
+        if (!strcmp(f->string, "role") || !strcmp(f->string, "content") || cJSON_IsNull(f)) continue;
+        if (!strcmp(f->string, "tool_calls") || !strcmp(f->string, "tool_call_id") ||
+            !strcmp(f->string, "function_call"))
+            continue; /* refuse_tool_message */
+        if (!strcmp(f->string, "name"))
+            return bad(v, "messages", "messages[%d].name is not supported (the chat templates do not render it)",
+                       i);
+        return bad(v, "messages", "messages[%d]: unrecognized field '%.64s'", i, f->string);
+    }
+    return true;
+}
+
 static bool parse_messages(srv *s, cJSON *j, parsed *p, verr *v, bool add_assistant) {
     cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "messages");
     if (!ms) return bad(v, "messages", "'messages' is required");
@@ -175,6 +442,7 @@ static bool parse_messages(srv *s, cJSON *j, parsed *p, verr *v, bool add_assist
             ok = bad(v, "messages", "messages[%d] needs a string 'role'", i);
             break;
         }
+        if (!(ok = refuse_tool_message(m, role->valuestring, i, v) && check_message_keys(m, i, v))) break;
         if (strcmp(role->valuestring, "system") && strcmp(role->valuestring, "user") &&
             strcmp(role->valuestring, "assistant") && strcmp(role->valuestring, "developer")) {
             ok = bad(v, "messages", "messages[%d]: unknown role '%.32s'", i, role->valuestring);
@@ -188,6 +456,12 @@ static bool parse_messages(srv *s, cJSON *j, parsed *p, verr *v, bool add_assist
             cJSON *part;
             cJSON_ArrayForEach(part, content) {
                 cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+                cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+                if (cJSON_IsString(type) && strcmp(type->valuestring, "text")) {
+                    ok = bad(v, "messages", "messages[%d]: content parts of type '%.32s' are not supported (text only)",
+                             i, type->valuestring);
+                    break;
+                }
                 if (!cJSON_IsString(t)) {
                     ok = bad(v, "messages", "messages[%d]: only text content parts are supported", i);
                     break;
@@ -246,8 +520,32 @@ static bool prepare_prompt(srv *s, bool chat, parsed *p, verr *v) {
         p->req.max_tokens = s->max_ctx - n_prompt < def ? s->max_ctx - n_prompt : def;
     } else if (n_prompt + p->req.max_tokens > s->max_ctx) {
         v->code = "context_length_exceeded";
-        return bad(v, "max_tokens", "max_tokens %d + %d prompt tokens exceed the context of %d tokens",
+        return bad(v, p->max_name, "%s %d + %d prompt tokens exceed the context of %d tokens", p->max_name,
                    p->req.max_tokens, n_prompt, s->max_ctx);
+    }
+    return true;
+}
+
+/* echo: the prompt's text before the completion (a token prompt is
+ * detokenized, BOS and other control tokens giving nothing) */
+static bool prepare_echo(srv *s, parsed *p, verr *v) {
+    if (!p->echo) return true;
+    if (p->text) {
+        p->echo_text = strdup(p->text);
+    } else {
+        srv_text t = {0};
+        char piece[256];
+        bool ok = srv_text_append(&t, "", 0);
+        for (int i = 0; ok && i < p->n_prompt; i++) {
+            const int n = kvant_token_to_piece(s->m, i ? p->tok[i - 1] : -1, p->tok[i], piece, sizeof piece);
+            ok = srv_text_append(&t, piece, (size_t)(n > 0 ? n : 0));
+        }
+        p->echo_text = ok ? t.buf : NULL;
+        if (!ok) srv_text_free(&t);
+    }
+    if (!p->echo_text) {
+        v->status = 500;
+        return bad(v, NULL, "out of memory");
     }
     return true;
 }
@@ -267,7 +565,7 @@ static bool check_model(srv *s, cJSON *j, verr *v) {
 /* ---- endpoints ------------------------------------------------------------------ */
 bool srv_validate_completion(srv *s, cJSON *j, parsed *p, verr *v) {
     return parse_common(s, j, false, p, v) && parse_prompt(s, j, p, v) && check_model(s, j, v) &&
-           prepare_prompt(s, false, p, v);
+           prepare_prompt(s, false, p, v) && prepare_echo(s, p, v);
 }
 
 bool srv_validate_chat(srv *s, cJSON *j, parsed *p, verr *v) {
@@ -275,70 +573,12 @@ bool srv_validate_chat(srv *s, cJSON *j, parsed *p, verr *v) {
            prepare_prompt(s, true, p, v);
 }
 
-/* ---- /apply-template with tools ----------------------------------------------------
- * A body with "tools", a message of role "tool" or one with "tool_calls" is
- * rendered with kvant_chat_render_tools (each family's own tool format, see
- * README "Tool calls"): tools and tool_calls go to the library as JSON text,
- * content may be null beside tool_calls, tool_call_id / name are strings.
- * Only /apply-template takes this path: /v1/chat/completions does not take
- * tools until it also reads the calls out of replies
- * (kvant_chat_parse_tool_calls, kvant_chat_tool_prefix). */
-static cJSON *tool_field(cJSON *j, const char *name) { /* null is absent */
-    cJSON *f = cJSON_GetObjectItemCaseSensitive(j, name);
-    return f && !cJSON_IsNull(f) ? f : NULL;
-}
-
-static bool uses_tools(cJSON *j) {
-    if (tool_field(j, "tools")) return true;
-    cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "messages"), *m;
-    if (!cJSON_IsArray(ms)) return false;
-    cJSON_ArrayForEach(m, ms) {
-        cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        if (tool_field(m, "tool_calls") || (cJSON_IsString(role) && !strcmp(role->valuestring, "tool"))) return true;
-    }
-    return false;
-}
-
-static bool render_tool_messages(srv *s, cJSON *j, parsed *p, verr *v, bool add) {
-    cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "messages"), *tools = tool_field(j, "tools");
-    if (!cJSON_IsArray(ms) || !cJSON_GetArraySize(ms)) return bad(v, "messages", "'messages' must be a non-empty array");
-    if (tools && !cJSON_IsArray(tools)) return bad(v, "tools", "'tools' must be an array");
-    const int n = cJSON_GetArraySize(ms);
-    if (n > 4096) return bad(v, "messages", "too many messages");
-    kvant_chat_msg *msg = calloc((size_t)n, sizeof *msg);
-    char **calls = calloc((size_t)n, sizeof *calls), *tools_json = tools ? cJSON_PrintUnformatted(tools) : NULL;
-    bool ok = msg && calls && (!tools || tools_json);
-    if (!ok) v->status = 500, bad(v, NULL, "out of memory");
-    for (int i = 0; ok && i < n; i++) {
-        cJSON *m = cJSON_GetArrayItem(ms, i), *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        cJSON *content = tool_field(m, "content"), *tc = tool_field(m, "tool_calls"),
-              *id = tool_field(m, "tool_call_id"), *name = tool_field(m, "name");
-        if (!cJSON_IsObject(m) || !cJSON_IsString(role))
-            ok = bad(v, "messages", "messages[%d] needs a string 'role'", i);
-        else if ((content && !cJSON_IsString(content)) || (id && !cJSON_IsString(id)) || (name && !cJSON_IsString(name)))
-            ok = bad(v, "messages", "messages[%d]: content, tool_call_id and name must be strings here", i);
-        else if (tc && !(calls[i] = cJSON_PrintUnformatted(tc)))
-            v->status = 500, ok = bad(v, NULL, "out of memory");
-        if (!ok) break;
-        msg[i] = (kvant_chat_msg){strcmp(role->valuestring, "developer") ? role->valuestring : "system",
-                                  content ? content->valuestring : NULL, calls[i], id ? id->valuestring : NULL,
-                                  name ? name->valuestring : NULL};
-    }
-    kvant_status st;
-    if (ok && !(p->text = kvant_chat_render_tools(s->chat_kind, msg, n, tools_json, add, &st)))
-        ok = bad(v, "messages", "%s", st.msg);
-    for (int i = 0; calls && i < n; i++) cJSON_free(calls[i]);
-    cJSON_free(tools_json);
-    free(calls);
-    free(msg);
-    return ok;
-}
-
-/* {"messages": [...], "add_generation_prompt": bool (default true)} */
+/* {"messages": [...], "add_generation_prompt": bool (default true)}; other
+ * fields are ignored (llama-server's /apply-template takes a whole chat
+ * request; nothing is generated) */
 bool srv_validate_apply_template(srv *s, cJSON *j, parsed *p, verr *v) {
     bool add = true;
-    if (!get_bool(j, "add_generation_prompt", &add, v)) return false;
-    return uses_tools(j) ? render_tool_messages(s, j, p, v, add) : parse_messages(s, j, p, v, add);
+    return get_bool(j, "add_generation_prompt", &add, v) && parse_messages(s, j, p, v, add);
 }
 
 /* fields outside `allowed` (NULL-terminated) are refused by name */

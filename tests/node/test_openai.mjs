@@ -1,8 +1,10 @@
 // test_openai.mjs - kvant serve driven by the unmodified `openai` npm package.
 // usage: node test_openai.mjs KVANT_BINARY MODEL.gguf
 // Starts `kvant serve --port 0 --api-key ...`, reads the port from its log,
-// then checks models, completions and chat (plain and streaming), n > 1 and
-// the client's typed errors (404 model, 401 key, 400 bad value).
+// then checks models, completions and chat (plain and streaming), n > 1,
+// the request fields (logit_bias, stop arrays, penalties, echo, best_of) and
+// the client's typed errors (404 model, 401 key, 400 bad value, 400 naming
+// a field kvant does not support yet or does not know).
 import { spawn } from 'node:child_process';
 import assert from 'node:assert/strict';
 
@@ -131,6 +133,79 @@ await check('wrong key -> AuthenticationError 401', async () => {
 await check('bad temperature -> BadRequestError 400 naming the param', async () => {
   await assert.rejects(client.completions.create({ model: id, prompt: 'hi', temperature: 7 }),
                        (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'temperature');
+});
+
+// the token ids of a text as /v1/completions tokenizes it (BOS first)
+async function tokenize(content) {
+  const r = await fetch(`http://127.0.0.1:${port}/tokenize`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${KEY}` },
+    body: JSON.stringify({ content, add_special: true, parse_special: false }) });
+  assert.equal(r.status, 200);
+  return (await r.json()).tokens;
+}
+
+await check('logit_bias: +100 forces a token, -100 bans greedy\'s pick', async () => {
+  const ids = await tokenize('Once upon');
+  const upon = ids[ids.length - 1];
+  const forced = await client.completions.create({ model: id, prompt: 'Once upon a time', max_tokens: 4,
+                                                   temperature: 0.7, seed: 1, logit_bias: { [upon]: 100 } });
+  assert.equal(forced.choices[0].text, ' upon'.repeat(4));
+  const all = await tokenize('Once upon a time' + greedy);
+  const first = all[(await tokenize('Once upon a time')).length];
+  const banned = await client.completions.create({ model: id, prompt: 'Once upon a time', max_tokens: 20,
+                                                   temperature: 0, logit_bias: { [first]: -100 } });
+  assert.notEqual(banned.choices[0].text, greedy);
+});
+
+await check('stop array', async () => {
+  const cut = greedy.indexOf(' there');
+  assert.ok(cut >= 0, greedy);
+  const r = await client.completions.create({ model: id, prompt: 'Once upon a time', max_tokens: 20, temperature: 0,
+                                             stop: ['qqqq', ' there'] });
+  assert.equal(r.choices[0].text, greedy.slice(0, cut));
+  assert.equal(r.choices[0].finish_reason, 'stop');
+});
+
+await check('presence / frequency penalties accepted and honoured', async () => {
+  const base = await client.completions.create({ model: id, prompt: 'Once upon a time', max_tokens: 48,
+                                                 temperature: 0 });
+  const pen = await client.completions.create({ model: id, prompt: 'Once upon a time', max_tokens: 48,
+                                                temperature: 0, presence_penalty: 2, frequency_penalty: 1 });
+  assert.notEqual(pen.choices[0].text, base.choices[0].text);
+  const chat = await client.chat.completions.create({ model: id, messages: [{ role: 'user', content: 'A cat' }],
+                                                      max_completion_tokens: 8, presence_penalty: 0.5,
+                                                      user: 'u-1', metadata: { run: 'node' } });
+  assert.equal(chat.choices[0].message.role, 'assistant');
+});
+
+await check('echo and best_of', async () => {
+  const e = await client.completions.create({ model: id, prompt: 'Once upon a time', max_tokens: 20, temperature: 0,
+                                             echo: true });
+  assert.equal(e.choices[0].text, 'Once upon a time' + greedy);
+  const b = await client.completions.create({ model: id, prompt: 'The dog', max_tokens: 8, n: 1, best_of: 3,
+                                             seed: 3 });
+  assert.equal(b.choices.length, 1);
+  assert.equal(b.usage.completion_tokens > 8, true);
+});
+
+await check('response_format json_object -> BadRequestError 400 naming response_format', async () => {
+  await assert.rejects(client.chat.completions.create({ model: id, messages: [{ role: 'user', content: 'x' }],
+                                                        response_format: { type: 'json_object' } }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.status === 400 &&
+                              e.param === 'response_format' && /not supported yet/.test(e.message));
+});
+
+await check('tools -> BadRequestError 400 naming tools', async () => {
+  await assert.rejects(client.chat.completions.create({
+    model: id, messages: [{ role: 'user', content: 'x' }],
+    tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools');
+});
+
+await check('unknown field -> BadRequestError 400 naming it', async () => {
+  await assert.rejects(client.completions.create({ model: id, prompt: 'hi', max_tokens: 2, mirostat: 2 }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'mirostat' &&
+                              e.code === 'unknown_field');
 });
 
 srv.kill('SIGTERM');
