@@ -573,12 +573,72 @@ bool srv_validate_chat(srv *s, cJSON *j, parsed *p, verr *v) {
            prepare_prompt(s, true, p, v);
 }
 
+/* ---- /apply-template with tools ----------------------------------------------------
+ * A body with "tools", a message of role "tool" or one with "tool_calls" is
+ * rendered with kvant_chat_render_tools (each family's own tool format, see
+ * README "Tool calls"): tools and tool_calls go to the library as JSON text,
+ * content may be null beside tool_calls, tool_call_id / name are strings.
+ * Only /apply-template takes this path: /v1/chat/completions does not take
+ * tools until it also reads the calls out of replies
+ * (kvant_chat_parse_tool_calls, kvant_chat_tool_prefix). */
+static cJSON *tool_field(cJSON *j, const char *name) { /* null is absent */
+    cJSON *f = cJSON_GetObjectItemCaseSensitive(j, name);
+    return f && !cJSON_IsNull(f) ? f : NULL;
+}
+
+static bool uses_tools(cJSON *j) {
+    if (tool_field(j, "tools")) return true;
+    cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "messages"), *m;
+    if (!cJSON_IsArray(ms)) return false;
+    cJSON_ArrayForEach(m, ms) {
+        cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (tool_field(m, "tool_calls") || (cJSON_IsString(role) && !strcmp(role->valuestring, "tool"))) return true;
+    }
+    return false;
+}
+
+static bool render_tool_messages(srv *s, cJSON *j, parsed *p, verr *v, bool add) {
+    cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "messages"), *tools = tool_field(j, "tools");
+    if (!cJSON_IsArray(ms) || !cJSON_GetArraySize(ms)) return bad(v, "messages", "'messages' must be a non-empty array");
+    if (tools && !cJSON_IsArray(tools)) return bad(v, "tools", "'tools' must be an array");
+    const int n = cJSON_GetArraySize(ms);
+    if (n > 4096) return bad(v, "messages", "too many messages");
+    kvant_chat_msg *msg = calloc((size_t)n, sizeof *msg);
+    char **calls = calloc((size_t)n, sizeof *calls), *tools_json = tools ? cJSON_PrintUnformatted(tools) : NULL;
+    bool ok = msg && calls && (!tools || tools_json);
+    if (!ok) v->status = 500, bad(v, NULL, "out of memory");
+    for (int i = 0; ok && i < n; i++) {
+        cJSON *m = cJSON_GetArrayItem(ms, i), *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        cJSON *content = tool_field(m, "content"), *tc = tool_field(m, "tool_calls"),
+              *id = tool_field(m, "tool_call_id"), *name = tool_field(m, "name");
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role))
+            ok = bad(v, "messages", "messages[%d] needs a string 'role'", i);
+        else if ((content && !cJSON_IsString(content)) || (id && !cJSON_IsString(id)) || (name && !cJSON_IsString(name)))
+            ok = bad(v, "messages", "messages[%d]: content, tool_call_id and name must be strings here", i);
+        else if (tc && !(calls[i] = cJSON_PrintUnformatted(tc)))
+            v->status = 500, ok = bad(v, NULL, "out of memory");
+        if (!ok) break;
+        msg[i] = (kvant_chat_msg){strcmp(role->valuestring, "developer") ? role->valuestring : "system",
+                                  content ? content->valuestring : NULL, calls[i], id ? id->valuestring : NULL,
+                                  name ? name->valuestring : NULL};
+    }
+    kvant_status st;
+    if (ok && !(p->text = kvant_chat_render_tools(s->chat_kind, msg, n, tools_json, add, &st)))
+        ok = bad(v, "messages", "%s", st.msg);
+    for (int i = 0; calls && i < n; i++) cJSON_free(calls[i]);
+    cJSON_free(tools_json);
+    free(calls);
+    free(msg);
+    return ok;
+}
+
 /* {"messages": [...], "add_generation_prompt": bool (default true)}; other
  * fields are ignored (llama-server's /apply-template takes a whole chat
  * request; nothing is generated) */
 bool srv_validate_apply_template(srv *s, cJSON *j, parsed *p, verr *v) {
     bool add = true;
-    return get_bool(j, "add_generation_prompt", &add, v) && parse_messages(s, j, p, v, add);
+    if (!get_bool(j, "add_generation_prompt", &add, v)) return false;
+    return uses_tools(j) ? render_tool_messages(s, j, p, v, add) : parse_messages(s, j, p, v, add);
 }
 
 /* fields outside `allowed` (NULL-terminated) are refused by name */
