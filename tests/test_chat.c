@@ -860,7 +860,7 @@ static void test_serve_apply_template(void **state) {
     free(b.p);
     assert_int_equal(post(port, "POST", "/apply-template", "{\"messages\":", "k", &b), 400);
     free(b.p);
-    assert_int_equal(post(port, "POST", "/apply-template", "{\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}", "k", &b), 400);
+    assert_int_equal(post(port, "POST", "/apply-template", "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "k", &b), 400);
     assert_non_null(strstr(b.p, "unknown role"));
     free(b.p);
     /* tools, calls (content null, arguments a JSON text) and results: llama-2 has no tool format, the generic one */
