@@ -104,8 +104,9 @@ int gutf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
  * (the grammar complete).  A state is a sorted list of frame ids (the tops
  * of its stacks), hash-consed too; state 0 is the dead state (no stacks).
  * trans[S * n_cls + class] is the state after one byte of that class from S
- * (GM_UNKNOWN until computed); loop[S] the bytes that lead S back to S. */
+ * (GM_UNKNOWN until computed). */
 enum { GM_UNKNOWN = 0xFFFFFFFFu };
+enum { GM_TEXT_DONE = 1, GM_TEXT_UTF8 = 2 };
 
 struct grammar_state {
     const grammar *g;
@@ -119,23 +120,42 @@ struct grammar_state {
     size_t n_sfr, cap_sfr;
     uint32_t *shash, shcap; /* state ids, 0 = empty slot */
     uint32_t *trans;        /* (cap_st * n_cls) */
-    gbits *loop;            /* (cap_st) */
-    uint8_t *loop_done;     /* (cap_st) */
+    /* text steps (cap_st), see gm_text: */
+    uint32_t *tnext;        /* the state most ASCII bytes lead to (0: none) */
+    gbits *tbits;           /* the ASCII bytes that lead there */
+    uint8_t *tflags;        /* GM_TEXT_* */
     uint32_t cur;           /* the current state */
     bool ended;             /* an eog token was accepted */
     bool cache_full;        /* a mask walk passed the hard cap of states */
     uint32_t *work;         /* closure work list: (pos, parent) pairs */
     size_t n_work, cap_work;
     uint32_t *buf[2];       /* GRAMMAR_MAX_STACKS + 1 each: step outputs */
-    uint32_t *wend, *wst;   /* trie walk stack (cap_walk) */
+    uint32_t *wnext, *wend, *wst; /* trie walk stack (cap_walk) */
     int cap_walk;
+    uint32_t *ranges;       /* the walk's allowed tokens: [lo, hi) pairs in trie order */
+    size_t n_ranges, cap_ranges;
     kvant_status err;
 };
 
 /* match.c, for vocab.c */
 void gm_begin(grammar_state *s);                       /* clears err, compacts the caches if over their soft limits */
-uint32_t gm_next(grammar_state *s, uint32_t S, uint8_t byte); /* cached; 0 = dead */
-const gbits *gm_loop(grammar_state *s, uint32_t S);   /* the bytes b with next(S, b) == S */
+uint32_t gm_next_slow(grammar_state *s, uint32_t S, uint8_t byte); /* computes and caches one transition */
+/* the state after byte from S (cached); 0 = dead */
+static inline uint32_t gm_next(grammar_state *s, uint32_t S, uint8_t byte) {
+    uint32_t t = s->trans[(size_t)S * s->g->n_cls + s->g->cls[byte]];
+    return t != GM_UNKNOWN ? t : gm_next_slow(s, S, byte);
+}
+/* Text steps, for accepting a trie subtree whole: T = *next is the state
+ * most ASCII bytes lead S to (0: none but dead), *bits those bytes; true
+ * when every valid non-ASCII UTF-8 character leads S to T as well.  Inside
+ * a string T is S itself (a loop); under a length bound, S counted on. */
+bool gm_text_slow(grammar_state *s, uint32_t S);
+static inline bool gm_text(grammar_state *s, uint32_t S, uint32_t *next, const gbits **bits) {
+    if (!s->tflags[S]) gm_text_slow(s, S);
+    *next = s->tnext[S];
+    *bits = &s->tbits[S];
+    return s->tflags[S] & GM_TEXT_UTF8;
+}
 bool gm_can_end_state(const grammar_state *s, uint32_t S);
 /* The plain step, without the cache: in[0..n) frames -> out (sorted; returns
  * its count, 0 when dead, -1 on overflow / out of memory (s->err set)). */

@@ -207,12 +207,15 @@ static bool st_grow(grammar_state *s) {
     p = realloc(s->trans, (size_t)cap * nc * sizeof *p);
     if (!p) return false;
     s->trans = p;
-    gbits *l = realloc(s->loop, cap * sizeof *l);
+    p = realloc(s->tnext, cap * sizeof *p);
+    if (!p) return false;
+    s->tnext = p;
+    gbits *l = realloc(s->tbits, cap * sizeof *l);
     if (!l) return false;
-    s->loop = l;
-    uint8_t *d = realloc(s->loop_done, cap);
+    s->tbits = l;
+    uint8_t *d = realloc(s->tflags, cap);
     if (!d) return false;
-    s->loop_done = d;
+    s->tflags = d;
     s->cap_st = cap;
     uint32_t hc = cap * 2;
     uint32_t *h = calloc(hc, sizeof *h);
@@ -255,7 +258,7 @@ static uint32_t st_intern(grammar_state *s, const uint32_t *f, int n) {
     memcpy(s->sfr + s->n_sfr, f, (size_t)n * sizeof *f);
     s->n_sfr += (size_t)n;
     for (uint32_t c = 0; c < s->g->n_cls; c++) s->trans[(size_t)id * s->g->n_cls + c] = GM_UNKNOWN;
-    s->loop_done[id] = 0;
+    s->tflags[id] = 0;
     s->shash[k] = id;
     return id;
 oom:
@@ -269,15 +272,14 @@ static void st_clear(grammar_state *s) {
     s->n_sfr = 0;
     memset(s->shash, 0, s->shcap * sizeof *s->shash);
     for (uint32_t c = 0; c < s->g->n_cls; c++) s->trans[c] = 0; /* dead stays dead */
-    memset(&s->loop[0], 0, sizeof s->loop[0]);
-    s->loop_done[0] = 1;
+    s->tnext[0] = 0;
+    memset(&s->tbits[0], 0, sizeof s->tbits[0]);
+    s->tflags[0] = GM_TEXT_DONE;
 }
 
-uint32_t gm_next(grammar_state *s, uint32_t S, uint8_t byte) {
+uint32_t gm_next_slow(grammar_state *s, uint32_t S, uint8_t byte) {
     const grammar *g = s->g;
-    size_t cell = (size_t)S * g->n_cls + g->cls[byte];
-    uint32_t t = s->trans[cell];
-    if (t != GM_UNKNOWN) return t;
+    uint32_t t;
     if ((size_t)s->n_st * g->n_cls > CELLS_HARD) {
         s->cache_full = true;
         return 0;
@@ -289,17 +291,62 @@ uint32_t gm_next(grammar_state *s, uint32_t S, uint8_t byte) {
     return t;
 }
 
-const gbits *gm_loop(grammar_state *s, uint32_t S) {
-    if (!s->loop_done[S]) {
-        const grammar *g = s->g;
-        gbits l = {{0}};
-        for (uint32_t c = 0; c < g->n_cls; c++)
-            if (gm_next(s, S, g->cls_rep[c]) == S)
-                for (int w = 0; w < 4; w++) l.w[w] |= g->cls_bits[c].w[w];
-        s->loop[S] = l; /* gm_next may have moved loop */
-        s->loop_done[S] = 1;
+
+/* The valid non-ASCII UTF-8 characters as byte-range sequences (RFC 3629). */
+static const uint8_t utf8_shapes[8][4][2] = {
+    {{0xC2, 0xDF}, {0x80, 0xBF}},
+    {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}},
+    {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}},
+    {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+    {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}},
+};
+static const int utf8_shape_len[8] = {2, 3, 3, 3, 3, 4, 4, 4};
+
+/* every byte sequence of shape k from position j on, from state T, ends at
+ * S; bytes of one class step alike, so one byte per class is tried.
+ * *budget bounds the work (false when it runs out: "no") */
+static bool shape_to(grammar_state *s, uint32_t S, uint32_t T, int k, int j, int *budget) {
+    if (j >= utf8_shape_len[k] || j >= 4) return T == S;
+    const grammar *g = s->g;
+    uint8_t seen[256 / 8] = {0};
+    for (unsigned b = utf8_shapes[k][j][0]; b <= utf8_shapes[k][j][1]; b++) {
+        uint8_t c = g->cls[b];
+        if (seen[c >> 3] >> (c & 7) & 1) continue;
+        seen[c >> 3] |= (uint8_t)(1u << (c & 7));
+        if (--*budget < 0) return false;
+        uint32_t U = gm_next(s, T, (uint8_t)b);
+        if (!U || !shape_to(s, S, U, k, j + 1, budget)) return false;
     }
-    return &s->loop[S];
+    return true;
+}
+
+bool gm_text_slow(grammar_state *s, uint32_t S) {
+    {
+        /* the non-dead state most ASCII bytes lead to */
+        uint32_t to[128], best = 0;
+        int best_n = 0;
+        for (int b = 0; b < 128; b++) to[b] = gm_next(s, S, (uint8_t)b);
+        for (int b = 0; b < 128; b++) {
+            if (!to[b] || (b && to[b] == to[b - 1])) continue; /* runs: counted at their first byte */
+            int n = 0;
+            for (int c = 0; c < 128; c++) n += to[c] == to[b];
+            if (n > best_n || (n == best_n && to[b] < best)) best = to[b], best_n = n;
+        }
+        gbits tb = {{0}};
+        for (int b = 0; best && b < 128; b++)
+            if (to[b] == best) gbits_set(&tb, (unsigned)b);
+        int budget = 4096;
+        bool u8 = best != 0;
+        for (int k = 0; k < 8 && u8; k++) u8 = shape_to(s, best, S, k, 0, &budget);
+        /* gm_next may have moved the arrays: index them only now */
+        s->tnext[S] = best;
+        s->tbits[S] = tb;
+        s->tflags[S] = (uint8_t)(GM_TEXT_DONE | (u8 ? GM_TEXT_UTF8 : 0));
+    }
+    return s->tflags[S] & GM_TEXT_UTF8;
 }
 
 bool gm_can_end_state(const grammar_state *s, uint32_t S) { return S && s->sfr[s->soff[S]] == 0; }
@@ -441,8 +488,9 @@ oom:
 void grammar_state_free(grammar_state *s) {
     if (!s) return;
     free(s->fpos), free(s->fpar), free(s->stamp), free(s->fhash);
-    free(s->soff), free(s->slen), free(s->sfr), free(s->shash), free(s->trans), free(s->loop), free(s->loop_done);
-    free(s->work), free(s->buf[0]), free(s->buf[1]), free(s->wend), free(s->wst);
+    free(s->soff), free(s->slen), free(s->sfr), free(s->shash), free(s->trans), free(s->tnext), free(s->tbits);
+    free(s->tflags);
+    free(s->work), free(s->buf[0]), free(s->buf[1]), free(s->wend), free(s->wst), free(s->wnext), free(s->ranges);
     free(s);
 }
 
