@@ -107,6 +107,7 @@ int gutf8_decode(const uint8_t *s, size_t n, uint32_t *cp);
  * (GM_UNKNOWN until computed). */
 enum { GM_UNKNOWN = 0xFFFFFFFFu };
 enum { GM_TEXT_DONE = 1, GM_TEXT_UTF8 = 2 };
+enum { GM_MEMO = 8, GM_MEMO_MAX_RANGES = 1 << 16 };
 
 struct grammar_state {
     const grammar *g;
@@ -126,6 +127,7 @@ struct grammar_state {
     uint8_t *tflags;        /* GM_TEXT_* */
     uint32_t cur;           /* the current state */
     bool ended;             /* an eog token was accepted */
+    bool in_walk;           /* a mask walk is on: the hard cap of states applies */
     bool cache_full;        /* a mask walk passed the hard cap of states */
     uint32_t *work;         /* closure work list: (pos, parent) pairs */
     size_t n_work, cap_work;
@@ -134,8 +136,25 @@ struct grammar_state {
     int cap_walk;
     uint32_t *ranges;       /* the walk's allowed tokens: [lo, hi) pairs in trie order */
     size_t n_ranges, cap_ranges;
+    /* the last masks (vocab.c): a state met again (inside a long string it
+     * recurs token after token) costs writing its ranges out, not a walk */
+    struct {
+        const grammar_vocab *v;
+        uint32_t state, count;
+        uint32_t *ranges;
+        size_t n_ranges, cap;
+        uint64_t used;
+    } memo[GM_MEMO];
+    uint64_t memo_clock;
+    /* cache limits (match.c's defaults; gm_set_limits for tests) */
+    uint32_t lim_frames;
+    size_t lim_sfr, lim_cells, lim_cells_hard;
     kvant_status err;
 };
+
+/* Tests: small cache limits, so compaction (soft) and the reference
+ * fallback of a walk that fills the cache (hard) happen all the time. */
+void gm_set_limits(grammar_state *s, uint32_t frames, size_t cells_soft, size_t cells_hard);
 
 /* match.c, for vocab.c */
 void gm_begin(grammar_state *s);                       /* clears err, compacts the caches if over their soft limits */

@@ -280,7 +280,9 @@ static void st_clear(grammar_state *s) {
 uint32_t gm_next_slow(grammar_state *s, uint32_t S, uint8_t byte) {
     const grammar *g = s->g;
     uint32_t t;
-    if ((size_t)s->n_st * g->n_cls > CELLS_HARD) {
+    /* only a walk stops at the hard cap (and answers by the reference);
+     * a token's few bytes may always pass, compaction bounds them */
+    if (s->in_walk && (size_t)s->n_st * g->n_cls > s->lim_cells_hard) {
         s->cache_full = true;
         return 0;
     }
@@ -386,6 +388,7 @@ static bool compact(grammar_state *s) {
     if (ok) {
         sort_frames(cur, n);
         st_clear(s);
+        for (int k = 0; k < GM_MEMO; k++) s->memo[k].v = NULL; /* the ids change */
         uint32_t c = st_intern(s, cur, n);
         ok = c != UINT32_MAX;
         if (ok) s->cur = c;
@@ -398,7 +401,14 @@ static bool compact(grammar_state *s) {
 void gm_begin(grammar_state *s) {
     core_ok(&s->err);
     s->cache_full = false;
-    if (s->n_fr > FR_SOFT || s->n_sfr > SFR_SOFT || (size_t)s->n_st * s->g->n_cls > CELLS_SOFT) compact(s);
+    if (s->n_fr > s->lim_frames || s->n_sfr > s->lim_sfr || (size_t)s->n_st * s->g->n_cls > s->lim_cells) compact(s);
+}
+
+void gm_set_limits(grammar_state *s, uint32_t frames, size_t cells_soft, size_t cells_hard) {
+    s->lim_frames = frames;
+    s->lim_sfr = frames;
+    s->lim_cells = cells_soft;
+    s->lim_cells_hard = cells_hard;
 }
 
 /* ---- the public state ------------------------------------------------------------------ */
@@ -407,6 +417,10 @@ static bool state_init(grammar_state *s, const grammar *g) {
     s->g = g;
     s->n_fr = 1; /* frame 0: the empty stack */
     s->n_st = 1; /* state 0: dead */
+    s->lim_frames = FR_SOFT;
+    s->lim_sfr = SFR_SOFT;
+    s->lim_cells = CELLS_SOFT;
+    s->lim_cells_hard = CELLS_HARD;
     s->buf[0] = malloc((GRAMMAR_MAX_STACKS + 1) * sizeof(uint32_t));
     s->buf[1] = malloc((GRAMMAR_MAX_STACKS + 1) * sizeof(uint32_t));
     if (!s->buf[0] || !s->buf[1] || !fr_grow(s) || !st_grow(s)) return false;
@@ -491,6 +505,7 @@ void grammar_state_free(grammar_state *s) {
     free(s->soff), free(s->slen), free(s->sfr), free(s->shash), free(s->trans), free(s->tnext), free(s->tbits);
     free(s->tflags);
     free(s->work), free(s->buf[0]), free(s->buf[1]), free(s->wend), free(s->wst), free(s->wnext), free(s->ranges);
+    for (int k = 0; k < GM_MEMO; k++) free(s->memo[k].ranges);
     free(s);
 }
 

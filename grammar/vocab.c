@@ -327,9 +327,7 @@ static inline bool add_range(grammar_state *s, uint32_t lo, uint32_t hi) {
     return true;
 }
 
-static void write_ranges(const grammar_state *s, const grammar_vocab *v, uint32_t count, uint8_t *allowed) {
-    const uint32_t *r = s->ranges;
-    size_t n = s->n_ranges;
+static void write_ranges(const uint32_t *r, size_t n, const grammar_vocab *v, uint32_t count, uint8_t *allowed) {
     if (count * 2 <= v->n_order) {
         memset(allowed, 0, (size_t)v->n_tokens);
         for (size_t k = 0; k < n; k++)
@@ -435,7 +433,32 @@ int grammar_mask(grammar_state *s, const grammar_vocab *v, uint8_t *allowed) {
         }
         s->cap_walk = cap;
     }
+    for (int k = 0; k < GM_MEMO; k++)
+        if (s->memo[k].v == v && s->memo[k].state == s->cur) {
+            s->memo[k].used = ++s->memo_clock;
+            write_ranges(s->memo[k].ranges, s->memo[k].n_ranges, v, s->memo[k].count, allowed);
+            return (int)s->memo[k].count + mark_eog(s, v, allowed);
+        }
+    s->in_walk = true;
     int count = walk(s, v);
+    s->in_walk = false;
+    if (count >= 0 && s->n_ranges <= GM_MEMO_MAX_RANGES) { /* remembered in the least recently used slot */
+        int k = 0;
+        for (int j = 1; j < GM_MEMO; j++)
+            if (s->memo[j].used < s->memo[k].used) k = j;
+        if (s->memo[k].cap < s->n_ranges) {
+            uint32_t *p = realloc(s->memo[k].ranges, s->n_ranges * 2 * sizeof *p);
+            if (p) s->memo[k].ranges = p, s->memo[k].cap = s->n_ranges;
+        }
+        if (s->memo[k].cap >= s->n_ranges) {
+            memcpy(s->memo[k].ranges, s->ranges, s->n_ranges * 2 * sizeof *s->ranges);
+            s->memo[k].n_ranges = s->n_ranges;
+            s->memo[k].v = v;
+            s->memo[k].state = s->cur;
+            s->memo[k].count = (uint32_t)count;
+            s->memo[k].used = ++s->memo_clock;
+        }
+    }
     if (count < 0 && s->cache_full && s->err.code == KVANT_OK) {
         /* too many states met in one walk: drop the caches, answer plainly */
         gm_begin(s);
@@ -445,7 +468,7 @@ int grammar_mask(grammar_state *s, const grammar_vocab *v, uint8_t *allowed) {
         memset(allowed, 0, (size_t)v->n_tokens);
         return -1;
     }
-    write_ranges(s, v, (uint32_t)count, allowed);
+    write_ranges(s->ranges, s->n_ranges, v, (uint32_t)count, allowed);
     return count + mark_eog(s, v, allowed);
 }
 
