@@ -20,6 +20,7 @@
 #include "testutil.h"
 #include "format/gguf.h"
 #include "grammar/grammar.h"
+#include "grammar/grammar_impl.h"
 #include "tok/tok.h"
 
 /* ---- helpers ------------------------------------------------------------------------ */
@@ -756,6 +757,36 @@ static void test_mask_random_states(void **state) {
     vocab_free(&v);
 }
 
+/* with tiny cache limits every call compacts, and walks overflow the
+ * transition cache and fall back to the reference: still the same masks */
+static void test_mask_small_caches(void **state) {
+    (void)state;
+    vocab v;
+    synthetic_vocab(&v);
+    uint64_t rng = 4242;
+    sample out = {0};
+    static const size_t hard[] = {1u << 30, 600, 60};
+    for (int h = 0; h < 3; h++)
+        for (size_t i = 0; i < sizeof SCHEMAS / sizeof *SCHEMAS; i += 3) {
+            grammar *g = SCHEMAS[i].schema ? schema(SCHEMAS[i].schema) : grammar_json_object(NULL);
+            for (int k = 0; k < 3; k++) {
+                grammar_state *s = grammar_state_new(g, NULL);
+                gm_set_limits(s, 64, 200, hard[h]);
+                draw(s, &v, &rng, 300, true, &out);
+                if (!s->ended) { /* a clone of a compacted state goes on */
+                    grammar_state *c = grammar_state_clone(s, NULL);
+                    gm_set_limits(c, 64, 200, hard[h]);
+                    draw(c, &v, &rng, 100, true, &out);
+                    grammar_state_free(c);
+                }
+                grammar_state_free(s);
+            }
+            grammar_free(g);
+        }
+    free(out.text);
+    vocab_free(&v);
+}
+
 /* the same on the real vocabularies, along sampled outputs */
 static void real_masks(const char *rel, int want_n) {
     vocab v;
@@ -1007,6 +1038,7 @@ int main(void) {
         cmocka_unit_test(test_gbnf_match),      cmocka_unit_test(test_utf8_classes),
         cmocka_unit_test(test_integer_ranges),  cmocka_unit_test(test_state_api),
         cmocka_unit_test(test_schema_refused),  cmocka_unit_test(test_mask_random_states),
+        cmocka_unit_test(test_mask_small_caches),
         cmocka_unit_test(test_schema_samples),  cmocka_unit_test(test_mask_llama_spm),
         cmocka_unit_test(test_mask_qwen2),
     };
