@@ -183,8 +183,8 @@ static int run(const char *shared, const char *file, int ref_every, int reps) {
                 double a = core_time_ms();
                 grammar_mask(s, v, m);
                 double us = (core_time_ms() - a) * 1000.0;
-                double *t = pass ? tw : tc;
-                if (us < t[i]) t[i] = us;
+                double *best = pass ? tw : tc;
+                if (us < best[i]) best[i] = us;
                 if (pass && r == 0 && ref_every > 0 && i % ref_every == 0) {
                     a = core_time_ms();
                     grammar_mask_ref(s, v, m2);

@@ -687,12 +687,8 @@ grammar *gb_finish(gbuild *b, kvant_status *st) {
     if (b->oom) return NULL;
     uint32_t R = b->n_rules;
     for (uint32_t r = 0; r < R; r++)
-        if (!b->rules[r].defined) {
-            if (b->rules[r].ref_line)
-                core_fail(st, KVANT_ERR_ARG, "GBNF line %d, column %d: undefined rule '%s'", b->rules[r].ref_line,
-                          b->rules[r].ref_col, b->rules[r].name);
-            else
-                core_fail(st, KVANT_ERR_ARG, "undefined rule '%s'", b->rules[r].name);
+        if (!b->rules[r].defined) { /* the GBNF parser says where before it calls here */
+            core_fail(st, KVANT_ERR_ARG, "undefined rule '%s'", b->rules[r].name);
             return NULL;
         }
     uint32_t root = UINT32_MAX;
@@ -774,7 +770,7 @@ grammar *gb_finish(gbuild *b, kvant_status *st) {
     }
     g->rule_alt[R] = ai;
     g->n_elems = pos;
-    memcpy(g->sets, b->sets, b->n_sets * sizeof *g->sets);
+    if (b->n_sets) memcpy(g->sets, b->sets, b->n_sets * sizeof *g->sets);
     g->n_sets = b->n_sets;
     byte_classes(g);
     core_ok(st);

@@ -234,7 +234,7 @@ static bool parse_sequence(gp *p, uint32_t rid, gvec *seq, bool nested) {
             while (is_name_char(peek(p, 0))) p->i++;
             uint32_t r = gb_rule_named(p->b, p->s + s, p->i - s);
             if (r == UINT32_MAX) return fail_oom(p);
-            if (!p->b->rules[r].ref_line) where(p, s, &p->b->rules[r].ref_line, &p->b->rules[r].ref_col);
+            if (!p->b->rules[r].ref_at) p->b->rules[r].ref_at = s + 1;
             last = seq->n;
             have = true;
             if (!push(p, seq, GE_REF | r)) return false;
@@ -369,6 +369,8 @@ grammar *gbnf_compile(const char *text, size_t len, kvant_status *st) {
     }
     while (p.i < p.n)
         if (!parse_rule(&p)) break;
+    for (uint32_t r = 0; !p.failed && r < b.n_rules; r++)
+        if (!b.rules[r].defined) perr_at(&p, b.rules[r].ref_at - 1, "undefined rule '%s'", b.rules[r].name);
     grammar *g = p.failed ? NULL : gb_finish(&b, st);
     gb_free(&b);
     return g;

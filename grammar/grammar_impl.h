@@ -54,7 +54,7 @@ typedef struct {
     char *name;
     gvec body;
     bool defined;
-    int ref_line, ref_col; /* where it was first referenced (for "undefined rule") */
+    size_t ref_at; /* 1 + the text offset where it was first referenced (0: none), for "undefined rule" */
 } gb_rule;
 
 typedef struct {

@@ -52,6 +52,8 @@ typedef struct {
     unsigned prim; /* primitives used */
     char **names;
     int n_names, cap_names;
+    uint32_t *name_hash; /* 1 + index into names; 0 = empty */
+    uint32_t name_cap;
     sc_ref *refs;
     int n_refs, cap_refs;
     char path[1024]; /* JSON pointer of the schema being compiled, for messages */
@@ -94,12 +96,40 @@ static const char *use(sc *c, int p) {
 }
 
 /* ---- names ------------------------------------------------------------------------ */
+static uint32_t hash_str(const char *t) {
+    uint32_t h = 2166136261u;
+    for (; *t; t++) h = (h ^ (uint8_t)*t) * 16777619u;
+    return h;
+}
+
 static bool name_taken(const sc *c, const char *n) {
     for (int i = 0; i < P_N; i++)
         if (!strcmp(prim_name[i], n)) return true;
-    for (int i = 0; i < c->n_names; i++)
-        if (!strcmp(c->names[i], n)) return true;
+    if (!c->name_cap) return false;
+    for (uint32_t k = hash_str(n) & (c->name_cap - 1); c->name_hash[k]; k = (k + 1) & (c->name_cap - 1))
+        if (!strcmp(c->names[c->name_hash[k] - 1], n)) return true;
     return false;
+}
+
+/* names[i] into the hash set, grown to stay under half full */
+static bool name_insert(sc *c, int i) {
+    if ((uint32_t)(i + 1) * 2 > c->name_cap) {
+        uint32_t cap = c->name_cap ? c->name_cap * 2 : 64;
+        uint32_t *h = calloc(cap, sizeof *h);
+        if (!h) return sc_oom(c);
+        for (int j = 0; j < i; j++) {
+            uint32_t k = hash_str(c->names[j]) & (cap - 1);
+            while (h[k]) k = (k + 1) & (cap - 1);
+            h[k] = (uint32_t)j + 1;
+        }
+        free(c->name_hash);
+        c->name_hash = h;
+        c->name_cap = cap;
+    }
+    uint32_t k = hash_str(c->names[i]) & (c->name_cap - 1);
+    while (c->name_hash[k]) k = (k + 1) & (c->name_cap - 1);
+    c->name_hash[k] = (uint32_t)i + 1;
+    return true;
 }
 
 /* a fresh rule name: base, its characters outside [A-Za-z0-9-] made '-', unique */
@@ -132,6 +162,7 @@ static const char *new_name(sc *c, const char *base) {
         return NULL;
     }
     c->names[c->n_names++] = n;
+    if (!name_insert(c, c->n_names - 1)) return NULL;
     return n;
 }
 
@@ -170,6 +201,88 @@ static void json_lit(sc *c, gstr *o, const gjson *v) {
 
 static void emit_rule(sc *c, const char *name, const gstr *body) {
     gstr_printf(&c->out, "%s ::= %s\n", name, body->s ? body->s : "\"\"");
+}
+
+/* ---- enum: the values' texts as a trie of rules ------------------------------------
+ * Alternatives that start alike would each be a stack ("a" "b" ... of a
+ * 5000-value enum: 5000 stacks); split by their next byte instead, a rule
+ * per branching point, the state holds one stack per distinct next byte. */
+typedef struct {
+    char *t;
+    size_t n;
+} lit_t;
+
+static int cmp_lit(const void *x, const void *y) {
+    const lit_t *a = x, *b = y;
+    size_t n = a->n < b->n ? a->n : b->n;
+    int r = memcmp(a->t, b->t, n);
+    return r ? r : (a->n > b->n) - (a->n < b->n);
+}
+
+/* the alternatives for l[lo..hi), which share their first d bytes */
+static void lit_trie(sc *c, const char *name, gstr *o, lit_t *l, int lo, int hi, size_t d) {
+    bool first = true;
+    for (int i = lo; i < hi && !c->failed;) {
+        if (!first) gstr_puts(o, " | ");
+        first = false;
+        if (l[i].n == d) { /* ends here */
+            gstr_puts(o, "\"\"");
+            i++;
+            continue;
+        }
+        int j = i + 1;
+        while (j < hi && l[j].n > d && l[j].t[d] == l[i].t[d]) j++;
+        /* the group's common prefix beyond d */
+        size_t e = d + 1;
+        for (;;) {
+            bool same = l[i].n > e;
+            for (int k = i + 1; k < j && same; k++) same = l[k].n > e && l[k].t[e] == l[i].t[e];
+            if (!same) break;
+            e++;
+        }
+        lit(o, l[i].t + d, e - d);
+        if (j - i > 1 || l[i].n > e) {
+            const char *sub = child_name(c, name, "alt");
+            if (!sub) return;
+            gstr b = {0};
+            lit_trie(c, sub, &b, l, i, j, e);
+            if (b.oom) sc_oom(c);
+            else emit_rule(c, sub, &b);
+            gstr_free(&b);
+            gstr_printf(o, " %s", sub);
+        }
+        i = j;
+    }
+}
+
+static bool enum_body(sc *c, const gjson *v, const char *name, gstr *o) {
+    lit_t *l = calloc((size_t)v->n, sizeof *l);
+    if (!l) return sc_oom(c);
+    int n = 0;
+    for (int i = 0; i < v->n; i++) {
+        l[n].t = gjson_write(v->items[i], &l[n].n);
+        if (!l[n].t) {
+            for (int k = 0; k < n; k++) free(l[k].t);
+            free(l);
+            return sc_oom(c);
+        }
+        n++;
+    }
+    qsort(l, (size_t)n, sizeof *l, cmp_lit);
+    int m = 0; /* without repeats */
+    for (int i = 0; i < n; i++) {
+        if (m && !cmp_lit(&l[m - 1], &l[i])) {
+            free(l[i].t);
+            continue;
+        }
+        l[m++] = l[i];
+    }
+    gstr_put(o, "(", 1);
+    lit_trie(c, name, o, l, 0, m, 0);
+    gstr_printf(o, ") %s", use(c, P_WS));
+    for (int i = 0; i < m; i++) free(l[i].t);
+    free(l);
+    return !c->failed;
 }
 
 /* ---- keywords ----------------------------------------------------------------------- */
@@ -1176,14 +1289,9 @@ static bool compile_body(sc *c, const gjson *s, const char *name, gstr *o) {
         if (w == 5 && v->n > 1)
             return sc_fail(c, KVANT_ERR_UNSUPPORTED, "unsupported JSON Schema keyword 'allOf' with more than one "
                                                      "schema");
+        if (w == 2) return enum_body(c, v, name, o);
         for (int i = 0; i < v->n; i++) {
             if (i) gstr_puts(o, " | ");
-            if (w == 2) {
-                gstr_put(o, "(", 1);
-                json_lit(c, o, v->items[i]);
-                gstr_put(o, ")", 1);
-                continue;
-            }
             char seg[64], hint[32];
             snprintf(seg, sizeof seg, "%s/%d", whole[w], i);
             snprintf(hint, sizeof hint, "%d", i);
@@ -1261,6 +1369,7 @@ static void sc_free(sc *c) {
     gstr_free(&c->out);
     for (int i = 0; i < c->n_names; i++) free(c->names[i]);
     free(c->names);
+    free(c->name_hash);
     for (int i = 0; i < c->n_refs; i++) free(c->refs[i].ptr);
     free(c->refs);
 }

@@ -451,7 +451,7 @@ int grammar_mask(grammar_state *s, const grammar_vocab *v, uint8_t *allowed) {
             if (p) s->memo[k].ranges = p, s->memo[k].cap = s->n_ranges;
         }
         if (s->memo[k].cap >= s->n_ranges) {
-            memcpy(s->memo[k].ranges, s->ranges, s->n_ranges * 2 * sizeof *s->ranges);
+            if (s->n_ranges) memcpy(s->memo[k].ranges, s->ranges, s->n_ranges * 2 * sizeof *s->ranges);
             s->memo[k].n_ranges = s->n_ranges;
             s->memo[k].v = v;
             s->memo[k].state = s->cur;

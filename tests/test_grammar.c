@@ -203,6 +203,7 @@ static const match_case CASES[] = {
     {JSON_GBNF, {"{}", "{\"a\": [1, 2.5, -3e7, \"x\", {\"b\": null}], \"c\": true}", "{\n  \"k\": \"\\u00e9\\n\"\n}"},
      {"{\"a\":", "{\"a\": [1,", "{ "}, {"[]", "{\"a\" 1}", "{\"a\": tru}", "{\"a\": 01}", "{,}"}},
     {"root ::= \"{\" \"}\"{0,1} | [\"a-c]", {"{", "{}", "\"", "b"}, {""}, {"d", "{}}"}},
+    {"root ::= \"\" | empty\nempty ::= ", {""}, {NULL}, {"a", "\n"}},
 };
 
 static void test_gbnf_match(void **state) {
@@ -894,6 +895,31 @@ static void test_schema_refused(void **state) {
     grammar_free(g);
 }
 
+/* a 5000-value enum is a trie of rules: few stacks, every value and nothing else */
+static void test_schema_big_enum(void **state) {
+    (void)state;
+    gstr b = {0};
+    gstr_puts(&b, "{\"enum\":[");
+    for (int i = 0; i < 5000; i++) gstr_printf(&b, "%s\"item-%d\"", i ? "," : "", i * 7);
+    gstr_puts(&b, ",1,12,120,true,null,\"\",\"item-7\"]}"); /* numbers that are prefixes, a repeat */
+    assert_false(b.oom);
+    grammar *g = schema(b.s);
+    grammar_state *s = grammar_state_new(g, NULL);
+    assert_true(grammar_state_n_stacks(s) <= 8);
+    grammar_state_free(s);
+    char t[64];
+    for (int i = 0; i < 5000 * 7; i += 3) {
+        int n = sprintf(t, "\"item-%d\"", i);
+        assert_int_equal(match(g, t, (size_t)n), i % 7 ? 0 : 2);
+    }
+    static const char *const more[] = {"1", "12", "120", "true", "null", "\"\""};
+    for (int i = 0; i < 6; i++) assert_int_equal(match(g, more[i], strlen(more[i])), 2);
+    assert_int_equal(match(g, "121", 3), 0);
+    assert_int_equal(match(g, "\"item-\"", 8), 0);
+    grammar_free(g);
+    gstr_free(&b);
+}
+
 /* integers with bounds: each value in a window is accepted exactly when in range */
 static void test_integer_ranges(void **state) {
     (void)state;
@@ -1038,7 +1064,7 @@ int main(void) {
         cmocka_unit_test(test_gbnf_match),      cmocka_unit_test(test_utf8_classes),
         cmocka_unit_test(test_integer_ranges),  cmocka_unit_test(test_state_api),
         cmocka_unit_test(test_schema_refused),  cmocka_unit_test(test_mask_random_states),
-        cmocka_unit_test(test_mask_small_caches),
+        cmocka_unit_test(test_mask_small_caches), cmocka_unit_test(test_schema_big_enum),
         cmocka_unit_test(test_schema_samples),  cmocka_unit_test(test_mask_llama_spm),
         cmocka_unit_test(test_mask_qwen2),
     };
