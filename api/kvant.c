@@ -137,6 +137,17 @@ int kvant_token_to_piece(const kvant_model *km, int32_t prev, int32_t token, cha
     return tok_decode_piece(km->m->tok, prev, token, buf, cap);
 }
 
+int kvant_token_to_piece_ex(const kvant_model *km, int32_t prev, int32_t token, bool special, char *buf, int cap) {
+    const tok *t = km->m->tok;
+    if (token < 0 || token >= tok_n_vocab(t)) return 0;
+    const int type = tok_token_type(t, token); /* GGUF types: 2 unknown, 3 control */
+    if (!special || (type != 2 && type != 3) || cap <= 0) return kvant_token_to_piece(km, prev, token, buf, cap);
+    const int n = tok_piece(t, token, true, buf, cap);
+    if (n >= 0) return n;
+    memcpy(buf, tok_text(t, token), (size_t)cap); /* longer than cap: cut, as kvant_token_to_piece does */
+    return cap;
+}
+
 kvant_seq_params kvant_seq_default(void) {
     return (kvant_seq_params){.n_ctx = 0, .attn = KVANT_ATTN_FLASH, .kv = KVANT_CACHE_PAGED, .kv_type = KVANT_KV_F16};
 }

@@ -97,6 +97,12 @@ int32_t *kvant_tokenize_all(const kvant_model *m, const char *text, size_t len, 
 /* Bytes that `token` adds to the text when it follows `prev` (-1 at start).
  * Writes at most cap bytes, returns the byte count. */
 int kvant_token_to_piece(const kvant_model *m, int32_t prev, int32_t token, char *buf, int cap);
+/* As kvant_token_to_piece; with special, a control or unknown token gives
+ * its vocabulary text ("[TOOL_CALLS]", "<|python_tag|>", "<s>") instead of
+ * nothing, as llama.cpp's llama_token_to_piece(special=true) does (the
+ * server keeps the tool-call markers a reply's parser reads).  special =
+ * false is kvant_token_to_piece. */
+int kvant_token_to_piece_ex(const kvant_model *m, int32_t prev, int32_t token, bool special, char *buf, int cap);
 /* True when `token` ends a generation: EOS or the family's end-of-turn
  * token (<|eot_id|>, <|im_end|>, <end_of_turn>, <|end|>, ...). */
 bool kvant_token_is_eog(const kvant_model *m, int32_t token);
