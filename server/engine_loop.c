@@ -43,6 +43,7 @@ sreq *srv_req_submit(srv *s, parsed *p, bool chat, struct MHD_Connection *c, dou
     r->n = p->req.n;
     r->n_return = p->n_return > 0 ? p->n_return : r->n;
     r->logprobs = p->logprobs;
+    r->tools = p->tool_calls;
     r->n_prompt = n_prompt;
     r->last_prompt_tok = tok[n_prompt - 1];
     for (int i = 0; i < r->n; i++) {
@@ -86,6 +87,8 @@ sreq *srv_req_submit(srv *s, parsed *p, bool chat, struct MHD_Connection *c, dou
         srv_req_unref(r);
         return NULL;
     }
+    /* tool call ids: the same seed gives the same text, another request other ids */
+    r->tool_seed = p->req.sampling.seed * 0x9E3779B97F4A7C15ull ^ (uint64_t)r->id;
     return r;
 }
 

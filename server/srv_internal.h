@@ -49,6 +49,7 @@ typedef struct {
     bool echo_unsent;       /* the echoed prompt at the start of text is not streamed yet */
     cJSON *lp;              /* pending logprobs (stream: per chunk; else all) */
     double lp_sum;          /* sum of the tokens' logprobs (best_of ranks by the mean) */
+    bool in_call;           /* tools: the reply has begun a tool call (content held, stops no longer matched) */
 } choice;
 
 /* A request between submission and its last byte.  Two references: the
@@ -62,6 +63,8 @@ typedef struct sreq {
     int refs;               /* atomic: the connection + the registry */
     int64_t id;
     bool chat, stream, include_usage;
+    bool tools;             /* chat: read each reply for tool calls (render.c) */
+    uint64_t tool_seed;     /* the calls' ids: from it and the choice's index */
     int n;                  /* samples the engine generates (best_of) */
     int n_return;           /* choices in the response: the n_return best (all when equal) */
     choice ch[SRV_MAX_N];
@@ -145,6 +148,7 @@ typedef struct {
     int n_stops;
     bool has_max_tokens;
     const char *max_name;   /* "max_tokens" or "max_completion_tokens", for errors */
+    bool tool_calls;        /* chat: tools given and tool_choice not "none": read the replies for calls */
     kvant_logit_bias *bias; /* req.sampling.logit_bias (malloc'd) */
     bool echo;              /* completions: the prompt's text before each completion */
     char *echo_text;
@@ -181,6 +185,12 @@ void srv_reg_cancel_all(srv *s);
  * appends SSE chunks to r->out (one per token, and [DONE] at the end).
  * Sets r->all_finished when every choice has its finish reason. */
 void srv_drain(sreq *r);
+/* Advances choice i over the text it holds (srv_drain calls it after each
+ * token's piece): stop strings, the finish reason, with r->tools the tool
+ * calls (content held once a call begins, the calls read at the end); for
+ * streams appends its SSE chunks to r->out.  Tests call it (and
+ * srv_drain) on a request they build, without an engine. */
+void srv_advance(sreq *r, int i);
 /* the whole (non-streamed) response body of a finished request */
 cJSON *srv_render_final(sreq *r);
 /* {"tokens": [ids]}, or with_pieces [{"id", "piece"}] (llama-server's /tokenize) */

@@ -9,6 +9,7 @@
  * client reads.  Control-token text (kvant_token_to_piece_ex) is checked on
  * the model's own control tokens. */
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,463 @@ static void test_token_piece_special(void **state) {
     assert_int_equal(kvant_token_to_piece_ex(g_model, -1, -1, true, buf, sizeof buf), 0);
 }
 
+/* ---- a request built by hand, fed the model's tokens ---------------------------------
+ * The server's consumer side without an engine: a srv holding the model and
+ * a template, an sreq as srv_req_submit makes one, events pushed into its
+ * queue as the engine thread's route() pushes them, and srv_drain after
+ * each (as the stream reader / the blocking handler calls it). */
+typedef struct {
+    srv s;
+    sreq *r;
+} fake;
+
+static void fake_init(fake *f, kvant_chat_template t, bool stream, bool tools, int n, const char *stop) {
+    memset(f, 0, sizeof *f);
+    f->s.m = g_model;
+    kvant_model_get_info(g_model, &f->s.info);
+    snprintf(f->s.model_id, sizeof f->s.model_id, "stories260K");
+    f->s.chat_kind = t;
+    srv_metrics_init(&f->s.mt);
+    sreq *r = f->r = calloc(1, sizeof *r);
+    assert_non_null(r);
+    pthread_mutex_init(&r->mu, NULL);
+    r->s = &f->s;
+    r->refs = 1;
+    r->id = 7;
+    r->chat = true;
+    r->stream = stream;
+    r->tools = tools;
+    r->tool_seed = 42;
+    r->n = r->n_return = n;
+    r->logprobs = -1;
+    r->n_prompt = 10;
+    r->created = 1700000000;
+    r->engine_done = true; /* no engine to cancel at the end */
+    for (int i = 0; i < n; i++) r->ch[i].prev = f->s.info.bos_id; /* the first piece drops SPM's leading space */
+    if (stop) r->stops[r->n_stops++] = strdup(stop);
+}
+
+static void fake_free(fake *f) {
+    srv_req_unref(f->r);
+    pthread_mutex_destroy(&f->s.mt.mu);
+}
+
+static void push(sreq *r, int index, int32_t token, kvant_finish fin) {
+    if (r->q_len == r->q_cap) {
+        r->q_cap = r->q_cap ? 2 * r->q_cap : 16;
+        r->q = realloc(r->q, (size_t)r->q_cap * sizeof *r->q);
+        assert_non_null(r->q);
+    }
+    r->q[r->q_len++] = (kvant_event){.id = r->id, .index = index, .token = token, .finish = fin};
+}
+
+/* choice i generates `text` (as this vocabulary spells it, token by token),
+ * then finishes with fin */
+static void generate(sreq *r, int i, const char *text, kvant_finish fin) {
+    int32_t tok[1024];
+    const int n = kvant_tokenize(g_model, text, strlen(text), false, tok, 1024);
+    assert_true(n > 0);
+    for (int k = 0; k < n; k++) {
+        push(r, i, tok[k], KVANT_FINISH_NONE);
+        srv_drain(r);
+    }
+    push(r, i, -1, fin);
+    srv_drain(r);
+    /* the text is the one asked for (the tokens round-trip) unless a stop cut it */
+    if (!r->ch[i].text.stopped) assert_string_equal(r->ch[i].text.buf, text);
+}
+
+/* a finished non-streamed request's body */
+static cJSON *final_body(fake *f) {
+    assert_true(f->r->all_finished);
+    cJSON *j = srv_render_final(f->r);
+    assert_non_null(j);
+    return j;
+}
+
+static cJSON *at(cJSON *j, const char *path) { /* "choices.0.message.content" */
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *t = strtok(buf, "."); t && j; t = strtok(NULL, "."))
+        j = (*t >= '0' && *t <= '9') ? cJSON_GetArrayItem(j, atoi(t)) : cJSON_GetObjectItemCaseSensitive(j, t);
+    return j;
+}
+
+static const char *str_at(cJSON *j, const char *path) {
+    cJSON *x = at(j, path);
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+/* the SSE events of r->out, "[DONE]" as a JSON string */
+typedef struct {
+    cJSON *ev[256];
+    int n;
+    bool done;
+} sse;
+
+static void sse_read(const sreq *r, sse *o) {
+    memset(o, 0, sizeof *o);
+    char *t = strndup(r->out ? r->out : "", r->out_len);
+    for (char *p = t; *p;) {
+        char *e = strstr(p, "\n\n");
+        assert_non_null(e); /* every event ends with a blank line */
+        *e = 0;
+        assert_memory_equal(p, "data: ", 6);
+        assert_false(o->done); /* nothing after [DONE] */
+        if (!strcmp(p + 6, "[DONE]")) o->done = true;
+        else {
+            assert_true(o->n < 256);
+            assert_non_null(o->ev[o->n++] = cJSON_Parse(p + 6));
+        }
+        p = e + 2;
+    }
+    free(t);
+    assert_true(o->done);
+}
+
+static void sse_free(sse *o) {
+    for (int i = 0; i < o->n; i++) cJSON_Delete(o->ev[i]);
+}
+
+/* what a client adds up from the deltas of choice i: the content (and in how
+ * many deltas it came), the calls (as the openai client accumulates them:
+ * by index, arguments appended), the finish reason */
+typedef struct {
+    char content[4096];
+    int content_deltas;
+    int n_calls;
+    char id[8][64], name[8][64], args[8][256];
+    const char *finish;
+    int finish_at, last_content_at, first_call_at; /* event numbers */
+    bool role;
+} acc;
+
+static void accumulate(sse *o, int i, acc *a) {
+    memset(a, 0, sizeof *a);
+    a->finish_at = a->last_content_at = a->first_call_at = -1;
+    for (int k = 0; k < o->n; k++) {
+        cJSON *chs = at(o->ev[k], "choices"), *ch;
+        cJSON_ArrayForEach(ch, chs) {
+            if ((int)at(ch, "index")->valuedouble != i) continue;
+            assert_true(a->finish_at < 0); /* nothing after the finish */
+            cJSON *d = at(ch, "delta"), *f;
+            assert_true(cJSON_IsObject(d));
+            cJSON_ArrayForEach(f, d) /* the keys the openai client's stream helpers take */
+                assert_true(!strcmp(f->string, "role") || !strcmp(f->string, "content") ||
+                            !strcmp(f->string, "tool_calls"));
+            if (str_at(d, "role")) assert_string_equal(str_at(d, "role"), "assistant"), a->role = true;
+            if (str_at(d, "content") && str_at(d, "content")[0]) {
+                strcat(a->content, str_at(d, "content"));
+                a->content_deltas++;
+                a->last_content_at = k;
+            }
+            cJSON *tc;
+            cJSON_ArrayForEach(tc, at(d, "tool_calls")) {
+                const int x = (int)at(tc, "index")->valuedouble;
+                assert_true(x >= 0 && x < 8);
+                if (x >= a->n_calls) a->n_calls = x + 1;
+                if (a->first_call_at < 0) a->first_call_at = k;
+                if (str_at(tc, "id")) snprintf(a->id[x], 64, "%s", str_at(tc, "id"));
+                if (str_at(tc, "type")) assert_string_equal(str_at(tc, "type"), "function");
+                if (str_at(tc, "function.name")) snprintf(a->name[x], 64, "%s", str_at(tc, "function.name"));
+                if (str_at(tc, "function.arguments")) strcat(a->args[x], str_at(tc, "function.arguments"));
+            }
+            if (str_at(ch, "finish_reason")) a->finish = str_at(ch, "finish_reason"), a->finish_at = k;
+        }
+    }
+    assert_true(a->role);
+    assert_non_null(a->finish);
+}
+
+static void print_sse(const char *title, const sreq *r) {
+    printf("---- %s ----\n%.*s", title, (int)r->out_len, r->out);
+}
+
+#define QWEN_CALL "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+
+/* ---- the non-streamed body -------------------------------------------------------- */
+static void test_final_body(void **state) {
+    (void)state;
+    fake f;
+    /* a reply that is one call: content null, tool_calls, finish "tool_calls" */
+    fake_init(&f, KVANT_CHAT_QWEN2_5, false, true, 1, NULL);
+    generate(f.r, 0, QWEN_CALL, KVANT_FINISH_EOS);
+    cJSON *j = final_body(&f);
+    char *t = cJSON_PrintUnformatted(j);
+    printf("---- non-streamed body ----\n%s\n", t);
+    free(t);
+    assert_string_equal(str_at(j, "object"), "chat.completion");
+    assert_string_equal(str_at(j, "choices.0.message.role"), "assistant");
+    assert_true(cJSON_IsNull(at(j, "choices.0.message.content")));
+    assert_int_equal(cJSON_GetArraySize(at(j, "choices.0.message.tool_calls")), 1);
+    const char *id = str_at(j, "choices.0.message.tool_calls.0.id");
+    assert_non_null(id);
+    assert_int_equal(strlen(id), 14);
+    assert_memory_equal(id, "call_", 5);
+    assert_string_equal(str_at(j, "choices.0.message.tool_calls.0.type"), "function");
+    assert_string_equal(str_at(j, "choices.0.message.tool_calls.0.function.name"), "get_weather");
+    assert_string_equal(str_at(j, "choices.0.message.tool_calls.0.function.arguments"), "{\"city\":\"Paris\"}");
+    assert_null(at(j, "choices.0.message.tool_calls.0.index")); /* only a stream's deltas number them */
+    assert_string_equal(str_at(j, "choices.0.finish_reason"), "tool_calls");
+    assert_int_equal((int)at(j, "usage.completion_tokens")->valuedouble, f.r->ch[0].n_tokens); /* unchanged */
+    char first_id[32];
+    snprintf(first_id, sizeof first_id, "%s", id);
+    cJSON_Delete(j);
+    fake_free(&f);
+
+    /* the same reply and seed: the same id; text before the call is content */
+    fake_init(&f, KVANT_CHAT_QWEN2_5, false, true, 1, NULL);
+    generate(f.r, 0, "Let me check.\n" QWEN_CALL, KVANT_FINISH_EOS);
+    j = final_body(&f);
+    assert_string_equal(str_at(j, "choices.0.message.content"), "Let me check.");
+    assert_string_equal(str_at(j, "choices.0.message.tool_calls.0.id"), first_id);
+    assert_string_equal(str_at(j, "choices.0.finish_reason"), "tool_calls");
+    cJSON_Delete(j);
+    fake_free(&f);
+
+    /* n = 2: each choice read on its own, with ids of its own */
+    fake_init(&f, KVANT_CHAT_QWEN2_5, false, true, 2, NULL);
+    generate(f.r, 0, QWEN_CALL, KVANT_FINISH_EOS);
+    generate(f.r, 1, "No tool needed.", KVANT_FINISH_EOS);
+    j = final_body(&f);
+    assert_string_equal(str_at(j, "choices.0.message.tool_calls.0.function.name"), "get_weather");
+    assert_string_equal(str_at(j, "choices.1.message.content"), "No tool needed.");
+    assert_null(at(j, "choices.1.message.tool_calls"));
+    assert_string_equal(str_at(j, "choices.1.finish_reason"), "stop");
+    cJSON_Delete(j);
+    fake_free(&f);
+    fake_init(&f, KVANT_CHAT_QWEN2_5, false, true, 2, NULL);
+    generate(f.r, 0, QWEN_CALL, KVANT_FINISH_EOS);
+    generate(f.r, 1, QWEN_CALL, KVANT_FINISH_EOS);
+    j = final_body(&f);
+    assert_string_not_equal(str_at(j, "choices.0.message.tool_calls.0.id"), str_at(j, "choices.1.message.tool_calls.0.id"));
+    cJSON_Delete(j);
+    fake_free(&f);
+
+    /* two calls in one reply */
+    fake_init(&f, KVANT_CHAT_QWEN2_5, false, true, 1, NULL);
+    generate(f.r, 0, QWEN_CALL "\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>", KVANT_FINISH_EOS);
+    j = final_body(&f);
+    assert_int_equal(cJSON_GetArraySize(at(j, "choices.0.message.tool_calls")), 2);
+    assert_string_equal(str_at(j, "choices.0.message.tool_calls.1.function.name"), "get_time");
+    assert_string_equal(str_at(j, "choices.0.message.tool_calls.1.function.arguments"), "{}");
+    assert_string_not_equal(str_at(j, "choices.0.message.tool_calls.0.id"), str_at(j, "choices.0.message.tool_calls.1.id"));
+    cJSON_Delete(j);
+    fake_free(&f);
+
+    /* a call cut off (max_tokens): no calls, all content, "length" */
+    fake_init(&f, KVANT_CHAT_QWEN2_5, false, true, 1, NULL);
+    generate(f.r, 0, "<tool_call>\n{\"name\": \"get_weather\", \"argu", KVANT_FINISH_LENGTH);
+    j = final_body(&f);
+    assert_string_equal(str_at(j, "choices.0.message.content"), "<tool_call>\n{\"name\": \"get_weather\", \"argu");
+    assert_null(at(j, "choices.0.message.tool_calls"));
+    assert_string_equal(str_at(j, "choices.0.finish_reason"), "length");
+    cJSON_Delete(j);
+    fake_free(&f);
+    /* a whole call, then max_tokens: the call, and "length" (it did not end by itself) */
+    fake_init(&f, KVANT_CHAT_QWEN2_5, false, true, 1, NULL);
+    generate(f.r, 0, QWEN_CALL "\nMore", KVANT_FINISH_LENGTH);
+    j = final_body(&f);
+    assert_string_equal(str_at(j, "choices.0.message.tool_calls.0.function.name"), "get_weather");
+    assert_string_equal(str_at(j, "choices.0.finish_reason"), "length");
+    cJSON_Delete(j);
+    fake_free(&f);
+
+    /* without tools (none given, or tool_choice "none"): the text as it is */
+    fake_init(&f, KVANT_CHAT_QWEN2_5, false, false, 1, NULL);
+    generate(f.r, 0, QWEN_CALL, KVANT_FINISH_EOS);
+    j = final_body(&f);
+    assert_string_equal(str_at(j, "choices.0.message.content"), QWEN_CALL);
+    assert_null(at(j, "choices.0.message.tool_calls"));
+    assert_string_equal(str_at(j, "choices.0.finish_reason"), "stop");
+    cJSON_Delete(j);
+    fake_free(&f);
+}
+
+/* ---- the SSE deltas ----------------------------------------------------------------- */
+static void test_stream_deltas(void **state) {
+    (void)state;
+    fake f;
+    sse o;
+    acc a;
+    fake_init(&f, KVANT_CHAT_QWEN2_5, true, true, 1, NULL);
+    f.r->include_usage = true;
+    generate(f.r, 0, "Let me check.\n" QWEN_CALL, KVANT_FINISH_EOS);
+    print_sse("streamed reply with a tool call (qwen2.5)", f.r);
+    /* the openai replay in tests/node/test_openai.mjs reads this transcript */
+    FILE *fp = fopen(tmp_path("tool_call_stream.sse"), "wb");
+    assert_non_null(fp);
+    fwrite(f.r->out, 1, f.r->out_len, fp);
+    fclose(fp);
+    sse_read(f.r, &o);
+    accumulate(&o, 0, &a);
+    assert_string_equal(a.content, "Let me check.");
+    assert_true(a.content_deltas >= 2);   /* streamed as it came, not at the end */
+    assert_null(strchr(a.content, '<'));  /* nothing of the call leaked into content */
+    assert_int_equal(a.n_calls, 1);
+    assert_string_equal(a.name[0], "get_weather");
+    assert_string_equal(a.args[0], "{\"city\":\"Paris\"}");
+    assert_string_equal(a.finish, "tool_calls");
+    assert_true(a.last_content_at < a.first_call_at && a.first_call_at < a.finish_at);
+    /* the finish in a chunk of its own with an empty delta, then usage, then [DONE] */
+    assert_int_equal(cJSON_GetArraySize(at(o.ev[a.finish_at], "choices.0.delta")), 0);
+    assert_int_equal(a.finish_at, o.n - 2);
+    assert_int_equal((int)at(o.ev[o.n - 1], "usage.completion_tokens")->valuedouble, f.r->ch[0].n_tokens);
+    /* the ids a non-streamed reply gets with the same seed */
+    fake g;
+    fake_init(&g, KVANT_CHAT_QWEN2_5, false, true, 1, NULL);
+    generate(g.r, 0, "Let me check.\n" QWEN_CALL, KVANT_FINISH_EOS);
+    cJSON *j = final_body(&g);
+    assert_string_equal(a.id[0], str_at(j, "choices.0.message.tool_calls.0.id"));
+    cJSON_Delete(j);
+    fake_free(&g);
+    sse_free(&o);
+    fake_free(&f);
+
+    /* a reply that only looked like a call: the held text goes out as content at the end */
+    fake_init(&f, KVANT_CHAT_QWEN2_5, true, true, 1, NULL);
+    generate(f.r, 0, "Use <tool_call> tags", KVANT_FINISH_EOS);
+    sse_read(f.r, &o);
+    accumulate(&o, 0, &a);
+    assert_string_equal(a.content, "Use <tool_call> tags");
+    assert_int_equal(a.n_calls, 0);
+    assert_string_equal(a.finish, "stop");
+    sse_free(&o);
+    fake_free(&f);
+    fake_init(&f, KVANT_CHAT_QWEN2_5, true, true, 1, NULL);
+    generate(f.r, 0, "Almost <tool_ca", KVANT_FINISH_EOS);
+    sse_read(f.r, &o);
+    accumulate(&o, 0, &a);
+    assert_string_equal(a.content, "Almost <tool_ca");
+    assert_string_equal(a.finish, "stop");
+    sse_free(&o);
+    fake_free(&f);
+
+    /* plain text with tools streams as without them, token by token */
+    fake_init(&f, KVANT_CHAT_QWEN2_5, true, true, 1, NULL);
+    generate(f.r, 0, "Once upon a time there was a dog.", KVANT_FINISH_EOS);
+    sse_read(f.r, &o);
+    accumulate(&o, 0, &a);
+    assert_string_equal(a.content, "Once upon a time there was a dog.");
+    assert_true(a.content_deltas >= 5);
+    assert_string_equal(a.finish, "stop");
+    sse_free(&o);
+    fake_free(&f);
+
+    /* Llama 3.1: a reply that is the call, {"name", "parameters"}: no content at all */
+    fake_init(&f, KVANT_CHAT_LLAMA3_1, true, true, 1, NULL);
+    generate(f.r, 0, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", KVANT_FINISH_EOS);
+    print_sse("streamed reply with a tool call (llama-3.1)", f.r);
+    sse_read(f.r, &o);
+    accumulate(&o, 0, &a);
+    assert_int_equal(a.content_deltas, 0);
+    assert_int_equal(a.n_calls, 1);
+    assert_string_equal(a.args[0], "{\"city\":\"Paris\"}");
+    assert_string_equal(a.finish, "tool_calls");
+    sse_free(&o);
+    fake_free(&f);
+
+    /* Mistral: the model's own id is kept */
+    fake_init(&f, KVANT_CHAT_MISTRAL_V3_TEKKEN, true, true, 1, NULL);
+    generate(f.r, 0, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"abcDEF123\"}]",
+             KVANT_FINISH_EOS);
+    sse_read(f.r, &o);
+    accumulate(&o, 0, &a);
+    assert_int_equal(a.content_deltas, 0);
+    assert_string_equal(a.id[0], "abcDEF123");
+    assert_string_equal(a.finish, "tool_calls");
+    sse_free(&o);
+    fake_free(&f);
+
+    /* n = 2 streamed: each choice its own deltas */
+    fake_init(&f, KVANT_CHAT_QWEN2_5, true, true, 2, NULL);
+    generate(f.r, 0, "Hi.", KVANT_FINISH_EOS);
+    generate(f.r, 1, QWEN_CALL, KVANT_FINISH_EOS);
+    sse_read(f.r, &o);
+    accumulate(&o, 0, &a);
+    assert_string_equal(a.content, "Hi.");
+    assert_string_equal(a.finish, "stop");
+    accumulate(&o, 1, &a);
+    assert_int_equal(a.n_calls, 1);
+    assert_string_equal(a.finish, "tool_calls");
+    sse_free(&o);
+    fake_free(&f);
+
+    /* without tools the call's text streams as content, as before */
+    fake_init(&f, KVANT_CHAT_QWEN2_5, true, false, 1, NULL);
+    generate(f.r, 0, QWEN_CALL, KVANT_FINISH_EOS);
+    sse_read(f.r, &o);
+    accumulate(&o, 0, &a);
+    assert_string_equal(a.content, QWEN_CALL);
+    assert_int_equal(a.n_calls, 0);
+    sse_free(&o);
+    fake_free(&f);
+}
+
+/* ---- stop strings: matched until a call begins, so none cuts one ---------------------- */
+static void test_stops_and_calls(void **state) {
+    (void)state;
+    for (int stream = 0; stream < 2; stream++) {
+        fake f;
+        /* "}" is in the call: not matched there */
+        fake_init(&f, KVANT_CHAT_QWEN2_5, stream, true, 1, "}");
+        generate(f.r, 0, QWEN_CALL, KVANT_FINISH_EOS);
+        if (stream) {
+            sse o;
+            acc a;
+            sse_read(f.r, &o);
+            accumulate(&o, 0, &a);
+            assert_string_equal(a.args[0], "{\"city\":\"Paris\"}");
+            assert_string_equal(a.finish, "tool_calls");
+            sse_free(&o);
+        } else {
+            cJSON *j = final_body(&f);
+            assert_string_equal(str_at(j, "choices.0.message.tool_calls.0.function.arguments"), "{\"city\":\"Paris\"}");
+            assert_string_equal(str_at(j, "choices.0.finish_reason"), "tool_calls");
+            cJSON_Delete(j);
+        }
+        fake_free(&f);
+        /* a stop before the call: the reply ends there, no call */
+        fake_init(&f, KVANT_CHAT_QWEN2_5, stream, true, 1, "check");
+        generate(f.r, 0, "Let me check.\n" QWEN_CALL, KVANT_FINISH_EOS);
+        assert_true(f.r->ch[0].text.stopped);
+        if (stream) {
+            sse o;
+            acc a;
+            sse_read(f.r, &o);
+            accumulate(&o, 0, &a);
+            assert_string_equal(a.content, "Let me ");
+            assert_int_equal(a.n_calls, 0);
+            assert_string_equal(a.finish, "stop");
+            sse_free(&o);
+        } else {
+            cJSON *j = final_body(&f);
+            assert_string_equal(str_at(j, "choices.0.message.content"), "Let me ");
+            assert_null(at(j, "choices.0.message.tool_calls"));
+            assert_string_equal(str_at(j, "choices.0.finish_reason"), "stop");
+            cJSON_Delete(j);
+        }
+        fake_free(&f);
+    }
+}
+
+/* with tools, control tokens other than the markers stay silent (a stray BOS is not content) */
+static void test_control_tokens_silent(void **state) {
+    (void)state;
+    fake f;
+    fake_init(&f, KVANT_CHAT_QWEN2_5, false, true, 1, NULL);
+    int32_t tok[64];
+    const int n = kvant_tokenize(g_model, "Hi", 2, false, tok, 64);
+    for (int k = 0; k < n; k++) push(f.r, 0, tok[k], KVANT_FINISH_NONE);
+    push(f.r, 0, f.s.info.bos_id, KVANT_FINISH_NONE);
+    push(f.r, 0, -1, KVANT_FINISH_EOS);
+    srv_drain(f.r);
+    cJSON *j = final_body(&f);
+    assert_string_equal(str_at(j, "choices.0.message.content"), "Hi");
+    cJSON_Delete(j);
+    fake_free(&f);
+}
+
 static int setup(void **state) {
     (void)state;
     kvant_status st;
@@ -68,6 +526,10 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token_piece_special),
+        cmocka_unit_test(test_final_body),
+        cmocka_unit_test(test_stream_deltas),
+        cmocka_unit_test(test_stops_and_calls),
+        cmocka_unit_test(test_control_tokens_silent),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
