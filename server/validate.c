@@ -9,8 +9,9 @@
  * OpenAI does: "Unrecognized request argument"), so a typo or a sampler
  * kvant lacks shows up at once; annotations that change nothing (user,
  * metadata, store, service_tier, ...) are accepted, type-checked and
- * ignored.  The fields of structured output and tools are refused in ONE
- * place below, "NOT SUPPORTED YET", which the grammar integration replaces. */
+ * ignored.  The fields of structured output, and the tool choices that need
+ * it, are refused in ONE place below, "NOT SUPPORTED YET", which the grammar
+ * integration replaces. */
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -87,11 +88,11 @@ static const struct {
     {"repeat_last_n", CH}, {"logit_bias", CH},
     /* output shape */
     {"logprobs", CH}, {"top_logprobs", H}, {"echo", C}, {"suffix", C},
-    /* refused while unsupported (see "NOT SUPPORTED YET" below, and the
-     * modalities checks) */
-    {"response_format", CH}, {"grammar", CH}, {"json_schema", CH}, {"tools", H}, {"tool_choice", H},
-    {"functions", H}, {"function_call", H}, {"modalities", H}, {"audio", H}, {"reasoning_effort", H},
-    {"web_search_options", H},
+    /* tools (parse_messages; tool_choice "required" / a named function: NOT SUPPORTED YET) */
+    {"tools", H}, {"tool_choice", H},
+    /* refused while unsupported (see "NOT SUPPORTED YET" below, and refuse_unsupported) */
+    {"response_format", CH}, {"grammar", CH}, {"json_schema", CH}, {"functions", H}, {"function_call", H},
+    {"modalities", H}, {"audio", H}, {"reasoning_effort", H}, {"web_search_options", H},
     /* annotations and hints that change nothing: accepted, checked, ignored */
     {"user", CH}, {"metadata", CH}, {"store", CH}, {"service_tier", CH}, {"parallel_tool_calls", H},
     {"prediction", H},
@@ -121,19 +122,25 @@ static bool check_known_fields(cJSON *j, bool chat, verr *v) {
     return true;
 }
 
-/* ==== NOT SUPPORTED YET: structured output and tools =============================
+/* ==== NOT SUPPORTED YET: structured output ========================================
  * Constrained decoding (grammar/) is not wired into the engine yet, so every
  * field that asks for it is refused here, by name, with a 400 - never
  * ignored, since ignoring it would hand back unconstrained text as if it
  * were JSON or a tool call.  The grammar integration replaces this block
- * (and refuse_tool_message below) with the real parsing.
+ * with the real parsing.
  *   response_format  allowed only as {"type": "text"} (the default)
  *   grammar          llama.cpp's GBNF string
  *   json_schema      llama.cpp's top-level schema
- *   tools, functions allowed only empty ([]): nothing to call
- *   tool_choice, function_call  allowed only "none"
- * In messages: role "tool" / "function", and tool_calls, tool_call_id,
- * function_call on a message. */
+ *   tool_choice      "required" and {"type": "function", "function": {"name"}}:
+ *                    the model must call a tool (that one), which only
+ *                    decoding constrained to the family's call format can
+ *                    promise (the integration also checks that the name is
+ *                    one of the tools); "none" and "auto" are honoured
+ *                    (parse_messages, render.c)
+ *   tools[i].function.strict: true  arguments held to the tool's schema
+ * The tools themselves, tool messages and calls in the history are read by
+ * parse_messages; with "auto" a reply is read for the calls the model chose
+ * to write (render.c). */
 static bool refuse_structured(cJSON *j, bool chat, verr *v) {
     cJSON *f;
     if ((f = field(j, "response_format"))) {
@@ -147,25 +154,28 @@ static bool refuse_structured(cJSON *j, bool chat, verr *v) {
     if (field(j, "grammar")) return bad(v, "grammar", "grammar is not supported yet");
     if (field(j, "json_schema")) return bad(v, "json_schema", "json_schema is not supported yet");
     if (!chat) return true;
-    static const char *const lists[] = {"tools", "functions"}, *const choices[] = {"tool_choice", "function_call"};
-    for (int i = 0; i < 2; i++) {
-        if ((f = field(j, lists[i])) && !(cJSON_IsArray(f) && !cJSON_GetArraySize(f)))
-            return bad(v, lists[i], "%s is not supported yet", lists[i]);
-        if ((f = field(j, choices[i])) && !(cJSON_IsString(f) && !strcmp(f->valuestring, "none")))
-            return bad(v, choices[i], "%s is not supported yet (only \"none\")", choices[i]);
+    if ((f = field(j, "tool_choice"))) {
+        if (cJSON_IsString(f) && !strcmp(f->valuestring, "required"))
+            return bad(v, "tool_choice", "tool_choice \"required\" needs structured outputs (decoding constrained to a "
+                                         "tool call), not supported yet; \"auto\" and \"none\" are");
+        cJSON *type = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL,
+              *fn = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "function") : NULL,
+              *name = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
+        if (cJSON_IsString(type) && !strcmp(type->valuestring, "function") && cJSON_IsString(name))
+            return bad(v, "tool_choice", "tool_choice naming a function ('%.64s') needs structured outputs (decoding "
+                       "constrained to a call of it), not supported yet; \"auto\" and \"none\" are", name->valuestring);
+        if (!cJSON_IsString(f) || (strcmp(f->valuestring, "none") && strcmp(f->valuestring, "auto")))
+            return bad(v, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
+                                         "\"function\", \"function\": {\"name\": \"...\"}}");
     }
-    return true;
-}
-
-/* a message of a tool conversation (messages[i] = m, its role role) */
-static bool refuse_tool_message(cJSON *m, const char *role, int i, verr *v) {
-    if (!strcmp(role, "tool") || !strcmp(role, "function"))
-        return bad(v, "messages", "messages[%d]: unknown role '%s' (tool messages are not supported yet)", i, role);
-    static const char *const keys[] = {"tool_calls", "tool_call_id", "function_call"};
-    for (int k = 0; k < 3; k++) {
-        cJSON *f = field(m, keys[k]);
-        if (f && !(cJSON_IsArray(f) && !cJSON_GetArraySize(f)))
-            return bad(v, "messages", "messages[%d].%s is not supported yet (no tools)", i, keys[k]);
+    cJSON *tools = field(j, "tools"), *t;
+    int i = 0;
+    if (cJSON_IsArray(tools)) cJSON_ArrayForEach(t, tools) {
+        cJSON *fn = cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, "function") : NULL;
+        if (cJSON_IsObject(fn) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fn, "strict")))
+            return bad(v, "tools", "tools[%d].function.strict: true needs structured outputs (arguments held to the "
+                                   "schema), not supported yet", i);
+        i++;
     }
     return true;
 }
@@ -181,6 +191,11 @@ static bool refuse_unsupported(cJSON *j, bool chat, verr *v) {
                                     "insertion tokens)");
         return true;
     }
+    /* OpenAI's deprecated function calling: [] and "none" ask for nothing */
+    if ((f = field(j, "functions")) && !(cJSON_IsArray(f) && !cJSON_GetArraySize(f)))
+        return bad(v, "functions", "'functions' (deprecated by OpenAI) is not supported: use 'tools'");
+    if ((f = field(j, "function_call")) && !(cJSON_IsString(f) && !strcmp(f->valuestring, "none")))
+        return bad(v, "function_call", "'function_call' (deprecated by OpenAI) is not supported: use 'tool_choice'");
     if ((f = field(j, "modalities"))) {
         if (!cJSON_IsArray(f)) return bad(v, "modalities", "'modalities' must be an array of strings");
         cJSON *e;
@@ -407,83 +422,203 @@ static bool parse_prompt(srv *s, cJSON *j, parsed *p, verr *v) {
     return bad(v, "prompt", "'prompt' must be a string, an array of token ids or an array of one string");
 }
 
-/* a message's keys: role and content; name is refused (the chat templates
- * have no place for it, so it could only be dropped); the tool keys are
- * refused in NOT SUPPORTED YET */
-static bool check_message_keys(cJSON *m, int i, verr *v) {
-    cJSON *f;
-    cJSON_ArrayForEach(f, m) {
-        if (!strcmp(f->string, "role") || !strcmp(f->string, "content") || cJSON_IsNull(f)) continue;
-        if (!strcmp(f->string, "tool_calls") || !strcmp(f->string, "tool_call_id") ||
-            !strcmp(f->string, "function_call"))
-            continue; /* refuse_tool_message */
-        if (!strcmp(f->string, "name"))
-            return bad(v, "messages", "messages[%d].name is not supported (the chat templates do not render it)",
-                       i);
-        return bad(v, "messages", "messages[%d]: unrecognized field '%.64s'", i, f->string);
+/* ---- messages and tools ------------------------------------------------------------
+ * One reader for /v1/chat/completions and /apply-template, so the prompt
+ * /apply-template shows is the one the chat endpoint tokenizes.  A message:
+ *   role          system, developer (as system), user, assistant, tool; "function"
+ *                 (OpenAI's deprecated tool role) is refused by name
+ *   content       a string or text parts; null or absent only beside tool_calls
+ *   tool_calls    assistant: [{"id", "type": "function", "function": {"name",
+ *                 "arguments" (a JSON text, as OpenAI sends it)}}]
+ *   tool_call_id  tool: required, as OpenAI requires it
+ *   name          tool only (kept; the other roles' templates have no place for
+ *                 it, so it is refused there rather than dropped)
+ *   function_call (deprecated) is refused.
+ * tools: [{"type": "function", "function": {"name" ([a-zA-Z0-9_-]{1,64}),
+ * "description"?, "parameters"? (an object), "strict"?}}], checked as OpenAI
+ * checks them; they and the calls go to kvant_chat_render_tools as JSON
+ * text, which each family renders in its own format (README "Tool calls"). */
+static bool check_tools(cJSON *tools, verr *v) {
+    if (!cJSON_IsArray(tools)) return bad(v, "tools", "'tools' must be an array");
+    const int n = cJSON_GetArraySize(tools);
+    if (n > 128) return bad(v, "tools", "'tools' has %d tools; at most 128", n);
+    int i = 0;
+    cJSON *t, *f;
+    cJSON_ArrayForEach(t, tools) {
+        if (!cJSON_IsObject(t)) return bad(v, "tools", "tools[%d] must be an object", i);
+        cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type"), *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+        cJSON_ArrayForEach(f, t) if (strcmp(f->string, "type") && strcmp(f->string, "function"))
+            return bad(v, "tools", "tools[%d]: unrecognized field '%.64s'", i, f->string);
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))
+            return bad(v, "tools", "tools[%d].type must be \"function\"", i);
+        if (!cJSON_IsObject(fn)) return bad(v, "tools", "tools[%d].function must be an object", i);
+        cJSON_ArrayForEach(f, fn) {
+            if (!strcmp(f->string, "name")) continue;
+            if (!strcmp(f->string, "description") && !cJSON_IsString(f) && !cJSON_IsNull(f))
+                return bad(v, "tools", "tools[%d].function.description must be a string", i);
+            if (!strcmp(f->string, "parameters") && !cJSON_IsObject(f) && !cJSON_IsNull(f))
+                return bad(v, "tools", "tools[%d].function.parameters must be an object (a JSON Schema)", i);
+            if (!strcmp(f->string, "strict") && !cJSON_IsBool(f) && !cJSON_IsNull(f))
+                return bad(v, "tools", "tools[%d].function.strict must be a boolean", i);
+            if (strcmp(f->string, "description") && strcmp(f->string, "parameters") && strcmp(f->string, "strict"))
+                return bad(v, "tools", "tools[%d].function: unrecognized field '%.64s'", i, f->string);
+        }
+        cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        if (!cJSON_IsString(name)) return bad(v, "tools", "tools[%d].function.name is required (a string)", i);
+        const char *s = name->valuestring;
+        size_t len = 0;
+        while (s[len] && ((s[len] >= 'a' && s[len] <= 'z') || (s[len] >= 'A' && s[len] <= 'Z') ||
+                          (s[len] >= '0' && s[len] <= '9') || s[len] == '_' || s[len] == '-'))
+            len++;
+        if (!len || s[len] || len > 64)
+            return bad(v, "tools", "tools[%d].function.name '%.80s' must be 1 to 64 of a-z, A-Z, 0-9, _ and -", i, s);
+        for (int k = 0; k < i; k++)
+            if (!strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(tools, k),
+                                                                                          "function"), "name")->valuestring, s))
+                return bad(v, "tools", "tools[%d].function.name '%s' is tools[%d]'s too", i, s, k);
+        i++;
     }
     return true;
 }
 
+/* an assistant message's tool_calls (messages[i]) */
+static bool check_tool_calls(cJSON *tc, int i, verr *v) {
+    if (!cJSON_IsArray(tc)) return bad(v, "messages", "messages[%d]: tool_calls is not a JSON array of objects", i);
+    int k = 0;
+    cJSON *c;
+    cJSON_ArrayForEach(c, tc) {
+        cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id"), *type = cJSON_GetObjectItemCaseSensitive(c, "type"),
+              *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name"), *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (!cJSON_IsObject(c)) return bad(v, "messages", "messages[%d].tool_calls[%d] must be an object", i, k);
+        if (!cJSON_IsString(id)) return bad(v, "messages", "messages[%d].tool_calls[%d].id must be a string", i, k);
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))
+            return bad(v, "messages", "messages[%d].tool_calls[%d].type must be \"function\"", i, k);
+        if (!cJSON_IsObject(fn) || !cJSON_IsString(name))
+            return bad(v, "messages", "messages[%d].tool_calls[%d].function.name must be a string", i, k);
+        if (!cJSON_IsString(args))
+            return bad(v, "messages", "messages[%d].tool_calls[%d].function.arguments must be a string (the JSON text "
+                       "of the arguments, as OpenAI sends it)", i, k);
+        k++;
+    }
+    return true;
+}
+
+/* a message's content: a string, or text parts joined (*own: the joined copy) */
+static bool message_text(cJSON *content, int i, char **own, const char **out, verr *v) {
+    if (cJSON_IsString(content)) {
+        *out = content->valuestring;
+        return true;
+    }
+    if (!cJSON_IsArray(content)) return bad(v, "messages", "messages[%d] needs a string 'content'", i);
+    size_t len = 0; /* [{"type":"text","text":...}, ...] */
+    cJSON *part;
+    cJSON_ArrayForEach(part, content) {
+        cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text"), *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        if (cJSON_IsString(type) && strcmp(type->valuestring, "text"))
+            return bad(v, "messages", "messages[%d]: content parts of type '%.32s' are not supported (text only)", i,
+                       type->valuestring);
+        if (!cJSON_IsString(t)) return bad(v, "messages", "messages[%d]: only text content parts are supported", i);
+        len += strlen(t->valuestring);
+    }
+    char *buf = *own = malloc(len + 1);
+    if (!buf) {
+        v->status = 500;
+        return bad(v, NULL, "out of memory");
+    }
+    buf[0] = 0;
+    cJSON_ArrayForEach(part, content) strcat(buf, cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring);
+    *out = buf;
+    return true;
+}
+
+/* messages[i] = m -> *out (*own: joined text parts, *calls: the tool_calls'
+ * JSON text; the caller frees both); *any when it says something */
+static bool read_message(cJSON *m, int i, kvant_chat_msg *out, char **own, char **calls, bool *any, verr *v) {
+    cJSON *role = cJSON_IsObject(m) ? cJSON_GetObjectItemCaseSensitive(m, "role") : NULL;
+    if (!cJSON_IsString(role)) return bad(v, "messages", "messages[%d] needs a string 'role'", i);
+    const char *r = role->valuestring;
+    if (!strcmp(r, "function"))
+        return bad(v, "messages", "messages[%d]: role 'function' (deprecated by OpenAI) is not supported: use role "
+                   "'tool' with tool_call_id", i);
+    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "developer") &&
+        strcmp(r, "tool"))
+        return bad(v, "messages", "messages[%d]: unknown role '%.32s'", i, r);
+    const bool tool = !strcmp(r, "tool"), assistant = !strcmp(r, "assistant");
+    cJSON *f;
+    cJSON_ArrayForEach(f, m) {
+        const char *k = f->string;
+        if (cJSON_IsNull(f) || !strcmp(k, "role") || !strcmp(k, "content")) continue;
+        if ((assistant && !strcmp(k, "tool_calls")) || (tool && (!strcmp(k, "tool_call_id") || !strcmp(k, "name"))))
+            continue;
+        if (!strcmp(k, "function_call"))
+            return bad(v, "messages", "messages[%d].function_call (deprecated by OpenAI) is not supported: use "
+                       "tool_calls", i);
+        if (!strcmp(k, "name"))
+            return bad(v, "messages", "messages[%d].name is not supported (the chat templates do not render it)",
+                       i);
+        if (!strcmp(k, "tool_calls"))
+            return bad(v, "messages", "messages[%d].tool_calls: only assistant messages carry tool calls", i);
+        if (!strcmp(k, "tool_call_id"))
+            return bad(v, "messages", "messages[%d].tool_call_id: only tool messages answer a call", i);
+        return bad(v, "messages", "messages[%d]: unrecognized field '%.64s'", i, k);
+    }
+    cJSON *content = field(m, "content"), *tc = field(m, "tool_calls"), *id = field(m, "tool_call_id"),
+          *name = field(m, "name");
+    if (tc && !check_tool_calls(tc, i, v)) return false;
+    const bool has_calls = tc && cJSON_GetArraySize(tc) > 0;
+    if (tool && !cJSON_IsString(id))
+        return bad(v, "messages", "messages[%d]: a tool message needs a string 'tool_call_id' (the id of the call it "
+                   "answers)", i);
+    if (name && !cJSON_IsString(name)) return bad(v, "messages", "messages[%d].name must be a string", i);
+    *out = (kvant_chat_msg){strcmp(r, "developer") ? r : "system", NULL, NULL, id ? id->valuestring : NULL,
+                            name ? name->valuestring : NULL};
+    if (content) {
+        if (!message_text(content, i, own, &out->content, v)) return false;
+    } else if (!has_calls) {
+        return bad(v, "messages", "messages[%d] needs a string 'content'", i);
+    }
+    if (tc && !(out->tool_calls_json = *calls = cJSON_PrintUnformatted(tc))) {
+        v->status = 500;
+        return bad(v, NULL, "out of memory");
+    }
+    if ((out->content && out->content[0]) || has_calls) *any = true;
+    return true;
+}
+
+/* messages and tools -> p->text, the prompt; chat: p->tool_calls when the
+ * replies are to be read for calls (tools given, tool_choice not "none":
+ * "none" still renders the tools, as OpenAI's model still sees them, and
+ * the reply is then content whatever it holds) */
 static bool parse_messages(srv *s, cJSON *j, parsed *p, verr *v, bool add_assistant) {
-    cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "messages"), *tools = field(j, "tools");
     if (!ms) return bad(v, "messages", "'messages' is required");
     if (!cJSON_IsArray(ms)) return bad(v, "messages", "'messages' must be an array");
     const int n = cJSON_GetArraySize(ms);
     if (!n) return bad(v, "messages", "'messages' is empty");
     if (n > 4096) return bad(v, "messages", "too many messages");
+    if (tools && !check_tools(tools, v)) return false;
     kvant_chat_msg *msg = calloc((size_t)n, sizeof *msg);
-    char **own = calloc((size_t)n, sizeof *own);
-    bool ok = msg && own, any = false;
-    for (int i = 0; ok && i < n; i++) {
-        cJSON *m = cJSON_GetArrayItem(ms, i);
-        cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
-            ok = bad(v, "messages", "messages[%d] needs a string 'role'", i);
-            break;
-        }
-        if (!(ok = refuse_tool_message(m, role->valuestring, i, v) && check_message_keys(m, i, v))) break;
-        if (strcmp(role->valuestring, "system") && strcmp(role->valuestring, "user") &&
-            strcmp(role->valuestring, "assistant") && strcmp(role->valuestring, "developer")) {
-            ok = bad(v, "messages", "messages[%d]: unknown role '%.32s'", i, role->valuestring);
-            break;
-        }
-        msg[i].role = strcmp(role->valuestring, "developer") ? role->valuestring : "system";
-        if (cJSON_IsString(content)) {
-            msg[i].content = content->valuestring;
-        } else if (cJSON_IsArray(content)) { /* [{"type":"text","text":...}, ...] */
-            size_t len = 0;
-            cJSON *part;
-            cJSON_ArrayForEach(part, content) {
-                cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-                cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-                if (cJSON_IsString(type) && strcmp(type->valuestring, "text")) {
-                    ok = bad(v, "messages", "messages[%d]: content parts of type '%.32s' are not supported (text only)",
-                             i, type->valuestring);
-                    break;
-                }
-                if (!cJSON_IsString(t)) {
-                    ok = bad(v, "messages", "messages[%d]: only text content parts are supported", i);
-                    break;
-                }
-                len += strlen(t->valuestring);
-            }
-            if (!ok) break;
-            char *buf = own[i] = malloc(len + 1);
-            if (!buf) { ok = bad(v, "messages", "out of memory"); break; }
-            buf[0] = 0;
-            cJSON_ArrayForEach(part, content) strcat(buf, cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring);
-            msg[i].content = buf;
-        } else {
-            ok = bad(v, "messages", "messages[%d] needs a string 'content'", i);
-            break;
-        }
-        if (msg[i].content[0]) any = true;
-    }
+    char **own = calloc((size_t)n, sizeof *own), **calls = calloc((size_t)n, sizeof *calls);
+    char *tools_json = tools ? cJSON_PrintUnformatted(tools) : NULL;
+    bool ok = msg && own && calls && (!tools || tools_json), any = false;
+    if (!ok) v->status = 500, bad(v, NULL, "out of memory");
+    for (int i = 0; ok && i < n; i++) ok = read_message(cJSON_GetArrayItem(ms, i), i, &msg[i], &own[i], &calls[i], &any, v);
     if (ok && !any) ok = bad(v, "messages", "every message is empty");
     kvant_status st;
-    if (ok && !(p->text = kvant_chat_render(s->chat_kind, msg, n, add_assistant, &st))) ok = bad(v, "messages", "%s", st.msg);
-    for (int i = 0; own && i < n; i++) free(own[i]);
+    if (ok && !(p->text = kvant_chat_render_tools(s->chat_kind, msg, n, tools_json, add_assistant, &st))) {
+        if (st.code == KVANT_ERR_NOMEM) v->status = 500;
+        ok = bad(v, "messages", "%s", st.msg);
+    }
+    cJSON *tc = field(j, "tool_choice");
+    p->tool_calls = ok && tools && cJSON_GetArraySize(tools) > 0 &&
+                    !(cJSON_IsString(tc) && !strcmp(tc->valuestring, "none"));
+    for (int i = 0; i < n; i++) {
+        if (own) free(own[i]);
+        if (calls) cJSON_free(calls[i]);
+    }
+    cJSON_free(tools_json);
+    free(calls);
     free(own);
     free(msg);
     return ok;
@@ -573,72 +708,14 @@ bool srv_validate_chat(srv *s, cJSON *j, parsed *p, verr *v) {
            prepare_prompt(s, true, p, v);
 }
 
-/* ---- /apply-template with tools ----------------------------------------------------
- * A body with "tools", a message of role "tool" or one with "tool_calls" is
- * rendered with kvant_chat_render_tools (each family's own tool format, see
- * README "Tool calls"): tools and tool_calls go to the library as JSON text,
- * content may be null beside tool_calls, tool_call_id / name are strings.
- * Only /apply-template takes this path: /v1/chat/completions does not take
- * tools until it also reads the calls out of replies
- * (kvant_chat_parse_tool_calls, kvant_chat_tool_prefix). */
-static cJSON *tool_field(cJSON *j, const char *name) { /* null is absent */
-    cJSON *f = cJSON_GetObjectItemCaseSensitive(j, name);
-    return f && !cJSON_IsNull(f) ? f : NULL;
-}
-
-static bool uses_tools(cJSON *j) {
-    if (tool_field(j, "tools")) return true;
-    cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "messages"), *m;
-    if (!cJSON_IsArray(ms)) return false;
-    cJSON_ArrayForEach(m, ms) {
-        cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        if (tool_field(m, "tool_calls") || (cJSON_IsString(role) && !strcmp(role->valuestring, "tool"))) return true;
-    }
-    return false;
-}
-
-static bool render_tool_messages(srv *s, cJSON *j, parsed *p, verr *v, bool add) {
-    cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "messages"), *tools = tool_field(j, "tools");
-    if (!cJSON_IsArray(ms) || !cJSON_GetArraySize(ms)) return bad(v, "messages", "'messages' must be a non-empty array");
-    if (tools && !cJSON_IsArray(tools)) return bad(v, "tools", "'tools' must be an array");
-    const int n = cJSON_GetArraySize(ms);
-    if (n > 4096) return bad(v, "messages", "too many messages");
-    kvant_chat_msg *msg = calloc((size_t)n, sizeof *msg);
-    char **calls = calloc((size_t)n, sizeof *calls), *tools_json = tools ? cJSON_PrintUnformatted(tools) : NULL;
-    bool ok = msg && calls && (!tools || tools_json);
-    if (!ok) v->status = 500, bad(v, NULL, "out of memory");
-    for (int i = 0; ok && i < n; i++) {
-        cJSON *m = cJSON_GetArrayItem(ms, i), *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        cJSON *content = tool_field(m, "content"), *tc = tool_field(m, "tool_calls"),
-              *id = tool_field(m, "tool_call_id"), *name = tool_field(m, "name");
-        if (!cJSON_IsObject(m) || !cJSON_IsString(role))
-            ok = bad(v, "messages", "messages[%d] needs a string 'role'", i);
-        else if ((content && !cJSON_IsString(content)) || (id && !cJSON_IsString(id)) || (name && !cJSON_IsString(name)))
-            ok = bad(v, "messages", "messages[%d]: content, tool_call_id and name must be strings here", i);
-        else if (tc && !(calls[i] = cJSON_PrintUnformatted(tc)))
-            v->status = 500, ok = bad(v, NULL, "out of memory");
-        if (!ok) break;
-        msg[i] = (kvant_chat_msg){strcmp(role->valuestring, "developer") ? role->valuestring : "system",
-                                  content ? content->valuestring : NULL, calls[i], id ? id->valuestring : NULL,
-                                  name ? name->valuestring : NULL};
-    }
-    kvant_status st;
-    if (ok && !(p->text = kvant_chat_render_tools(s->chat_kind, msg, n, tools_json, add, &st)))
-        ok = bad(v, "messages", "%s", st.msg);
-    for (int i = 0; calls && i < n; i++) cJSON_free(calls[i]);
-    cJSON_free(tools_json);
-    free(calls);
-    free(msg);
-    return ok;
-}
-
-/* {"messages": [...], "add_generation_prompt": bool (default true)}; other
- * fields are ignored (llama-server's /apply-template takes a whole chat
- * request; nothing is generated) */
+/* {"messages": [...], "tools": [...], "add_generation_prompt": bool (default
+ * true)}: rendered as /v1/chat/completions renders them; other fields are
+ * ignored (llama-server's /apply-template takes a whole chat request;
+ * nothing is generated) */
 bool srv_validate_apply_template(srv *s, cJSON *j, parsed *p, verr *v) {
     bool add = true;
     if (!get_bool(j, "add_generation_prompt", &add, v)) return false;
-    return uses_tools(j) ? render_tool_messages(s, j, p, v, add) : parse_messages(s, j, p, v, add);
+    return parse_messages(s, j, p, v, add);
 }
 
 /* fields outside `allowed` (NULL-terminated) are refused by name */

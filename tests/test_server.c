@@ -581,15 +581,14 @@ static void test_field_rules(void **state) {
         {"/v1/completions", "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\"}", "grammar"},
         {"/v1/completions", "{\"prompt\":\"x\",\"json_schema\":{\"type\":\"object\"}}", "json_schema"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
-                                 "\"function\",\"function\":{\"name\":\"f\"}}]}", "tools"},
-        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"auto\"}",
-         "tool_choice"},
+                                 "\"function\",\"function\":{\"name\":\"get weather\"}}]}", "tools"}, /* a space */
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}",
+         "tool_choice"},                                                                  /* needs the grammar */
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[{\"name\":\"f\"}]}",
          "functions"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"function_call\":\"auto\"}",
          "function_call"},
-        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\",\"tool_call_id\":\"1\"}]}",
-         "messages"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages"}, /* no tool_call_id */
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"ann\"}]}", "messages"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
                                  "\"image_url\":{\"url\":\"x\"}}]}]}", "messages"},

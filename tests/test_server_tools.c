@@ -9,10 +9,14 @@
  * client reads.  Control-token text (kvant_token_to_piece_ex) is checked on
  * the model's own control tokens. */
 #include <cjson/cJSON.h>
+#include <curl/curl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "server/srv_internal.h"
 #include "testutil.h"
@@ -509,18 +513,284 @@ static void test_control_tokens_silent(void **state) {
     fake_free(&f);
 }
 
+/* ---- kvant serve over HTTP ----------------------------------------------------------- */
+typedef struct {
+    pid_t pid;
+    int port;
+} server_proc;
+
+static server_proc g_srv; /* stories260K with --chat-template qwen2.5 */
+
+/* `kvant serve -m MODEL --port 0 ARGS`, its port read from its log */
+static server_proc start_server(const char *model, const char *args, const char *logname) {
+    server_proc s = {0};
+    char log[512], cmd[2048];
+    snprintf(log, sizeof log, "%s", tmp_path(logname));
+    snprintf(cmd, sizeof cmd, "exec %s serve -m %s --port 0 -t 1 %s >/dev/null 2>%s", KVANT_BIN, model, args, log);
+    unlink(log);
+    s.pid = fork();
+    if (s.pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 300 && !s.port; i++) { /* up to 30 s (ASan) */
+        usleep(100000);
+        FILE *f = fopen(log, "r");
+        if (!f) continue;
+        char line[512];
+        while (fgets(line, sizeof line, f)) {
+            const char *q = strstr(line, "http://127.0.0.1:");
+            if (q) s.port = atoi(q + 17);
+        }
+        fclose(f);
+    }
+    if (!s.port) fprintf(stderr, "kvant serve did not start: %s\n", cmd);
+    return s;
+}
+
+static int stop_server(server_proc *s) {
+    if (!s->pid) return 0;
+    kill(s->pid, SIGTERM);
+    int st = 0;
+    waitpid(s->pid, &st, 0);
+    s->pid = 0;
+    return st;
+}
+
+typedef struct {
+    char *p;
+    size_t n;
+} buf;
+
+static size_t on_body(char *d, size_t sz, size_t nm, void *u) {
+    buf *b = u;
+    const size_t n = sz * nm;
+    b->p = realloc(b->p, b->n + n + 1);
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return n;
+}
+
+static long http_post(int port, const char *path, const char *body, buf *b) {
+    char url[256];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+    memset(b, 0, sizeof *b);
+    CURL *h = curl_easy_init();
+    struct curl_slist *hd = curl_slist_append(NULL, "Content-Type: application/json");
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, b);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 120L);
+    long code = 0;
+    curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hd);
+    if (!b->p) b->p = calloc(1, 1);
+    return code;
+}
+
+static cJSON *post_ok(int port, const char *path, const char *body) {
+    buf b;
+    const long code = http_post(port, path, body, &b);
+    if (code != 200) fprintf(stderr, "POST %s %s -> %ld %s\n", path, body, code, b.p);
+    assert_int_equal(code, 200);
+    cJSON *j = cJSON_Parse(b.p);
+    assert_non_null(j);
+    free(b.p);
+    return j;
+}
+
+#define TOOLS                                                                                                        \
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"The weather in a city\","     \
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}," \
+    "{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}]"
+/* a question, the model's call (content null, arguments a JSON text), its result */
+#define HISTORY                                                                                                      \
+    "[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},"                                                        \
+    "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_abc123\",\"type\":\"function\","        \
+    "\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]},"                    \
+    "{\"role\":\"tool\",\"tool_call_id\":\"call_abc123\",\"content\":\"22 degrees, clear\"}]"
+
+/* the prompt tokens /v1/chat/completions counts for a conversation: those of
+ * the text /apply-template renders it to (one BOS) */
+static int template_tokens(const char *body) {
+    cJSON *t = post_ok(g_srv.port, "/apply-template", body);
+    const char *prompt = str_at(t, "prompt");
+    assert_non_null(prompt);
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "content", prompt);
+    cJSON_AddBoolToObject(req, "add_special", true);
+    char *rb = cJSON_PrintUnformatted(req);
+    cJSON *tk = post_ok(g_srv.port, "/tokenize", rb);
+    const int n = cJSON_GetArraySize(at(tk, "tokens"));
+    free(rb);
+    cJSON_Delete(req);
+    cJSON_Delete(tk);
+    cJSON_Delete(t);
+    return n;
+}
+
+/* requests with tools, calls and results are accepted and rendered with them */
+static void test_requests_with_tools(void **state) {
+    (void)state;
+    assert_true(g_srv.port > 0);
+    /* the prompt holds the tools, the call and the result, as /apply-template shows it */
+    cJSON *t = post_ok(g_srv.port, "/apply-template", "{\"tools\":" TOOLS ",\"messages\":" HISTORY "}");
+    const char *prompt = str_at(t, "prompt");
+    assert_non_null(strstr(prompt, "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""));
+    assert_non_null(strstr(prompt, "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                                   "{\"city\": \"Paris\"}}\n</tool_call><|im_end|>"));
+    assert_non_null(strstr(prompt, "<tool_response>\n22 degrees, clear\n</tool_response>"));
+    cJSON_Delete(t);
+    const int n_prompt = template_tokens("{\"tools\":" TOOLS ",\"messages\":" HISTORY "}");
+    const int n_plain = template_tokens("{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}]}");
+    assert_true(n_prompt > n_plain + 100);
+    /* chat completions: the same prompt (usage.prompt_tokens), an ordinary message back */
+    static const char *const choices[] = {"", ",\"tool_choice\":\"auto\"", ",\"tool_choice\":\"none\"",
+                                          ",\"parallel_tool_calls\":false"};
+    for (int i = 0; i < 4; i++) {
+        char body[4096];
+        snprintf(body, sizeof body, "{\"tools\":" TOOLS ",\"messages\":" HISTORY ",\"max_tokens\":8,\"temperature\":0%s}",
+                 choices[i]);
+        cJSON *j = post_ok(g_srv.port, "/v1/chat/completions", body);
+        assert_int_equal((int)at(j, "usage.prompt_tokens")->valuedouble, n_prompt);
+        assert_string_equal(str_at(j, "choices.0.message.role"), "assistant");
+        assert_non_null(str_at(j, "choices.0.message.content")); /* stories260K writes no calls */
+        assert_null(at(j, "choices.0.message.tool_calls"));
+        assert_string_equal(str_at(j, "choices.0.finish_reason"), "length");
+        cJSON_Delete(j);
+    }
+    /* streamed with tools: deltas of content, a finish, [DONE] */
+    buf b;
+    assert_int_equal(http_post(g_srv.port, "/v1/chat/completions",
+                               "{\"tools\":" TOOLS ",\"messages\":" HISTORY ",\"max_tokens\":8,\"stream\":true,"
+                               "\"stream_options\":{\"include_usage\":true}}", &b), 200);
+    assert_non_null(strstr(b.p, "\"delta\":{\"role\":\"assistant\""));
+    assert_non_null(strstr(b.p, "\"finish_reason\":\"length\""));
+    assert_non_null(strstr(b.p, "\"prompt_tokens\":"));
+    assert_non_null(strstr(b.p, "data: [DONE]\n\n"));
+    free(b.p);
+    /* an empty list is no tools; results without tools render too */
+    cJSON_Delete(post_ok(g_srv.port, "/v1/chat/completions", "{\"tools\":[],\"messages\":" HISTORY ",\"max_tokens\":2}"));
+    cJSON_Delete(post_ok(g_srv.port, "/v1/chat/completions", "{\"messages\":" HISTORY ",\"max_tokens\":2}"));
+    /* content as text parts in a tool result; a name beside it (llama-server's and vLLM's clients send one) */
+    cJSON_Delete(post_ok(g_srv.port, "/v1/chat/completions",
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"Q\"},{\"role\":\"assistant\",\"tool_calls\":"
+                         "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+                         "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"name\":\"f\",\"content\":[{\"type\":\"text\","
+                         "\"text\":\"ok\"}]}],\"max_tokens\":2}"));
+}
+
+/* what is refused, each naming its field */
+static void test_tool_refusals(void **state) {
+    (void)state;
+    assert_true(g_srv.port > 0);
+#define U "{\"role\":\"user\",\"content\":\"x\"}"
+#define FN(x) "{\"messages\":[" U "],\"tools\":[{\"type\":\"function\",\"function\":" x "}]}"
+#define MSG(x) "{\"messages\":[" U "," x "]}"
+#define CALL(x) MSG("{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[" x "]}")
+    static const struct {
+        const char *body, *param, *msg;
+    } refused[] = {
+        /* tool_choice that needs constrained decoding: until the grammar lands */
+        {"{\"messages\":[" U "],\"tools\":" TOOLS ",\"tool_choice\":\"required\"}", "tool_choice",
+         "tool_choice \"required\" needs structured outputs"},
+        {"{\"messages\":[" U "],\"tools\":" TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":"
+         "\"get_time\"}}}", "tool_choice", "naming a function ('get_time') needs structured outputs"},
+        {"{\"messages\":[" U "],\"tools\":" TOOLS ",\"tool_choice\":\"any\"}", "tool_choice", "'tool_choice' must be"},
+        {"{\"messages\":[" U "],\"tool_choice\":{\"type\":\"function\"}}", "tool_choice", "'tool_choice' must be"},
+        {FN("{\"name\":\"f\",\"strict\":true}"), "tools", "tools[0].function.strict: true needs structured outputs"},
+        /* tools, as OpenAI checks them */
+        {"{\"messages\":[" U "],\"tools\":{}}", "tools", "'tools' must be an array"},
+        {"{\"messages\":[" U "],\"tools\":[\"f\"]}", "tools", "tools[0] must be an object"},
+        {"{\"messages\":[" U "],\"tools\":[{\"type\":\"retrieval\",\"function\":{\"name\":\"f\"}}]}", "tools",
+         "tools[0].type must be \"function\""},
+        {"{\"messages\":[" U "],\"tools\":[{\"type\":\"function\"}]}", "tools", "tools[0].function must be an object"},
+        {FN("{\"description\":\"d\"}"), "tools", "tools[0].function.name is required"},
+        {FN("{\"name\":\"get weather\"}"), "tools", "tools[0].function.name 'get weather' must be"},
+        {FN("{\"name\":\"\"}"), "tools", "tools[0].function.name '' must be"},
+        {FN("{\"name\":\"a234567890123456789012345678901234567890123456789012345678901234X\"}"), "tools", "must be 1 to 64"},
+        {FN("{\"name\":\"f\",\"parameters\":\"object\"}"), "tools", "tools[0].function.parameters must be an object"},
+        {FN("{\"name\":\"f\",\"description\":5}"), "tools", "tools[0].function.description must be a string"},
+        {FN("{\"name\":\"f\",\"params\":{}}"), "tools", "tools[0].function: unrecognized field 'params'"},
+        {"{\"messages\":[" U "],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"},\"x\":1}]}", "tools",
+         "tools[0]: unrecognized field 'x'"},
+        {"{\"messages\":[" U "],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\","
+         "\"function\":{\"name\":\"f\"}}]}", "tools", "tools[1].function.name 'f' is tools[0]'s too"},
+        /* tool messages and calls in the history */
+        {MSG("{\"role\":\"tool\",\"content\":\"r\"}"), "messages", "messages[1]: a tool message needs a string 'tool_call_id'"},
+        {MSG("{\"role\":\"tool\",\"tool_call_id\":\"c\"}"), "messages", "messages[1] needs a string 'content'"},
+        {MSG("{\"role\":\"assistant\",\"content\":null}"), "messages", "messages[1] needs a string 'content'"},
+        {MSG("{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}"), "messages",
+         "messages[1].tool_calls: only assistant messages carry tool calls"},
+        {MSG("{\"role\":\"user\",\"content\":\"x\",\"tool_call_id\":\"c\"}"), "messages",
+         "messages[1].tool_call_id: only tool messages answer a call"},
+        {MSG("{\"role\":\"user\",\"content\":\"x\",\"name\":\"ann\"}"), "messages", "messages[1].name is not supported"},
+        {CALL("{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":{}}}"), "messages",
+         "messages[1].tool_calls[0].function.arguments must be a string"},
+        {CALL("{\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}"), "messages",
+         "messages[1].tool_calls[0].id must be a string"},
+        {CALL("{\"id\":\"c\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}"), "messages",
+         "messages[1].tool_calls[0].type must be \"function\""},
+        {CALL("{\"id\":\"c\",\"type\":\"function\",\"function\":{\"arguments\":\"{}\"}}"), "messages",
+         "messages[1].tool_calls[0].function.name must be a string"},
+        {MSG("{\"role\":\"assistant\",\"content\":null,\"tool_calls\":{}}"), "messages",
+         "messages[1]: tool_calls is not a JSON array of objects"},
+        /* OpenAI's deprecated function calling, by name */
+        {MSG("{\"role\":\"function\",\"name\":\"f\",\"content\":\"r\"}"), "messages", "role 'function' (deprecated"},
+        {MSG("{\"role\":\"assistant\",\"content\":\"\",\"function_call\":{\"name\":\"f\",\"arguments\":\"{}\"}}"),
+         "messages", "messages[1].function_call (deprecated"},
+        {"{\"messages\":[" U "],\"functions\":[{\"name\":\"f\"}]}", "functions", "'functions' (deprecated"},
+        {"{\"messages\":[" U "],\"function_call\":\"auto\"}", "function_call", "'function_call' (deprecated"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        buf b;
+        const long code = http_post(g_srv.port, "/v1/chat/completions", refused[i].body, &b);
+        cJSON *j = cJSON_Parse(b.p);
+        const char *param = j ? str_at(j, "error.param") : NULL, *msg = j ? str_at(j, "error.message") : NULL;
+        if (code != 400 || !param || strcmp(param, refused[i].param) || !msg || !strstr(msg, refused[i].msg))
+            fail_msg("refused case %zu: %s -> %ld %s (want %s: %s)", i, refused[i].body, code, b.p, refused[i].param,
+                     refused[i].msg);
+        cJSON_Delete(j);
+        free(b.p);
+        /* /apply-template reads messages and tools with the same code (not tool_choice, which changes no prompt) */
+        if (strcmp(refused[i].param, "tool_choice") && strcmp(refused[i].param, "functions") &&
+            strcmp(refused[i].param, "function_call") && !strstr(refused[i].msg, "strict")) {
+            assert_int_equal(http_post(g_srv.port, "/apply-template", refused[i].body, &b), 400);
+            j = cJSON_Parse(b.p);
+            msg = j ? str_at(j, "error.message") : NULL;
+            if (!msg || !strstr(msg, refused[i].msg)) fail_msg("/apply-template case %zu: %s", i, b.p);
+            cJSON_Delete(j);
+            free(b.p);
+        }
+    }
+#undef U
+#undef FN
+#undef MSG
+#undef CALL
+}
+
 static int setup(void **state) {
     (void)state;
     kvant_status st;
     g_model = kvant_model_open(shared_path("models/stories260K.gguf"), NULL, &st);
     if (!g_model) fprintf(stderr, "stories260K: %s\n", st.msg);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    g_srv = start_server(shared_path("models/stories260K.gguf"), "--chat-template qwen2.5", "tools_server.log");
     return g_model ? 0 : -1;
 }
 
 static int teardown(void **state) {
     (void)state;
     kvant_model_free(g_model);
-    return 0;
+    const int st = stop_server(&g_srv);
+    curl_global_cleanup();
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
 int main(void) {
@@ -530,6 +800,8 @@ int main(void) {
         cmocka_unit_test(test_stream_deltas),
         cmocka_unit_test(test_stops_and_calls),
         cmocka_unit_test(test_control_tokens_silent),
+        cmocka_unit_test(test_requests_with_tools),
+        cmocka_unit_test(test_tool_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
