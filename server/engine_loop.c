@@ -21,6 +21,7 @@ void srv_req_unref(sreq *r) {
     free(r->q);
     free(r->w);
     free(r->out);
+    srv_embed_free(r->embed);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -101,7 +102,8 @@ void srv_req_hangup(sreq *r) {
     r->cancel_sent = true;
     pthread_mutex_unlock(&r->mu);
     if (cancel) {
-        kvant_engine_cancel(s->e, r->id); /* client gone: free its blocks now */
+        if (r->embed) srv_embed_cancel(s, r); /* every input */
+        else kvant_engine_cancel(s->e, r->id); /* client gone: free its blocks now */
         pthread_mutex_lock(&s->mt.mu);
         s->mt.req_cancelled++;
         pthread_mutex_unlock(&s->mt.mu);
@@ -118,14 +120,17 @@ int srv_reg_count(srv *s) {
 
 void srv_reg_cancel_all(srv *s) {
     pthread_mutex_lock(&s->reg_mu);
-    for (int i = 0; i < s->reg_len; i++) kvant_engine_cancel(s->e, s->reg[i]->id);
+    for (int i = 0; i < s->reg_len; i++) {
+        if (s->reg[i]->embed) srv_embed_cancel(s, s->reg[i]);
+        else kvant_engine_cancel(s->e, s->reg[i]->id);
+    }
     pthread_mutex_unlock(&s->reg_mu);
 }
 
 /* ---- engine thread ------------------------------------------------------------- */
 static sreq *reg_find(srv *s, int64_t id, int *at) {
     for (int i = 0; i < s->reg_len; i++)
-        if (s->reg[i]->id == id) {
+        if (s->reg[i]->id == id || (s->reg[i]->embed && srv_embed_has(s->reg[i], id))) {
             *at = i;
             return s->reg[i];
         }
@@ -149,7 +154,9 @@ static void route(srv *s, const kvant_event *evs, int n) {
             r->t_last = now;
             r->gen_total++;
         }
-        if (!r->http_gone) {
+        if (r->embed) { /* the vector, copied now: the engine's buffer lasts until the next step */
+            srv_embed_event(r, ev);
+        } else if (!r->http_gone) {
             if (r->q_len == r->q_cap) {
                 int cap = r->q_cap ? r->q_cap * 2 : 64;
                 kvant_event *q = realloc(r->q, (size_t)cap * sizeof *q);
@@ -159,7 +166,7 @@ static void route(srv *s, const kvant_event *evs, int n) {
             if (r->q_len < r->q_cap) r->q[r->q_len++] = *ev;
         }
         bool done = false;
-        if (ev->finish != KVANT_FINISH_NONE && ++r->n_engine_finished >= r->n) {
+        if (ev->finish != KVANT_FINISH_NONE && ++r->n_engine_finished >= (r->embed ? r->embed->n : r->n)) {
             r->engine_done = done = true;
             s->reg[at] = s->reg[--s->reg_len];
             if (r->gen_total) {
@@ -168,7 +175,7 @@ static void route(srv *s, const kvant_event *evs, int n) {
                     srv_hist_add(&s->mt, &s->mt.tpot, (r->t_last - r->t_first) / 1e3 / (r->gen_total - r->n));
             }
         }
-        if (r->suspended && (r->stream || r->n_stops || ev->finish != KVANT_FINISH_NONE)) {
+        if (r->suspended && (r->embed ? done : r->stream || r->n_stops || ev->finish != KVANT_FINISH_NONE)) {
             r->suspended = false;
             MHD_resume_connection(r->conn);
         }
@@ -190,6 +197,7 @@ void *srv_engine_main(void *arg) {
             continue;
         }
         if (n) route(s, s->evbuf, n);
+        srv_embed_watch(s);
     }
     return NULL;
 }

@@ -1,7 +1,7 @@
 /* http.c - the HTTP side of kvant serve: libmicrohttpd's callbacks (body
  * collection, completion), routing, the API key, the send helpers, the chat
  * page, the content reader of streams, start / stop.  The other jobs are
- * validate.c, engine_loop.c and render.c (see srv_internal.h). */
+ * validate.c, engine_loop.c, render.c and embed.c (see srv_internal.h). */
 #include <arpa/inet.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -175,6 +175,15 @@ static cJSON *body_json(srv *s, conn_ctx *x, struct MHD_Connection *c, enum MHD_
     return j;
 }
 
+/* a submission the engine refused: queue full 429, a bad request 400, else 500 */
+static enum MHD_Result send_submit_error(srv *s, conn_ctx *x, struct MHD_Connection *c, const kvant_status *st) {
+    if (st->code == KVANT_ERR_FULL)
+        return send_error(s, x, c, MHD_HTTP_TOO_MANY_REQUESTS, "rate_limit_exceeded", NULL, "queue_full",
+                          "the server is busy (request queue full); retry later");
+    if (st->code == KVANT_ERR_ARG) return send_error(s, x, c, 400, "invalid_request_error", NULL, NULL, "%s", st->msg);
+    return send_error(s, x, c, 500, "server_error", NULL, NULL, "%s", st->msg);
+}
+
 static enum MHD_Result handle_generate(srv *s, conn_ctx *x, struct MHD_Connection *c, bool chat) {
     enum MHD_Result ret;
     if (x->too_big) return body_json(s, x, c, &ret), ret;
@@ -192,13 +201,7 @@ static enum MHD_Result handle_generate(srv *s, conn_ctx *x, struct MHD_Connectio
     kvant_status st;
     sreq *r = srv_req_submit(s, &p, chat, c, x->t0, &st);
     if (!r) {
-        if (st.code == KVANT_ERR_FULL)
-            ret = send_error(s, x, c, MHD_HTTP_TOO_MANY_REQUESTS, "rate_limit_exceeded", NULL, "queue_full",
-                             "the server is busy (request queue full); retry later");
-        else if (st.code == KVANT_ERR_ARG)
-            ret = send_error(s, x, c, 400, "invalid_request_error", NULL, NULL, "%s", st.msg);
-        else
-            ret = send_error(s, x, c, 500, "server_error", NULL, NULL, "%s", st.msg);
+        ret = send_submit_error(s, x, c, &st);
         goto out;
     }
     x->req = r;
@@ -213,6 +216,51 @@ static enum MHD_Result handle_generate(srv *s, conn_ctx *x, struct MHD_Connectio
         ret = finish_blocking(s, x, c);
     }
 out:
+    srv_parsed_free(&p);
+    cJSON_Delete(j);
+    return ret;
+}
+
+/* POST /v1/embeddings (embed.c): one engine request per input, batched with
+ * the other work; the connection waits suspended, as finish_blocking's,
+ * until the engine thread has every vector and resumes it. */
+static enum MHD_Result finish_embeddings(srv *s, conn_ctx *x, struct MHD_Connection *c) {
+    sreq *r = x->req;
+    pthread_mutex_lock(&r->mu);
+    if (!r->engine_done) {
+        r->suspended = true;
+        MHD_suspend_connection(c);
+        pthread_mutex_unlock(&r->mu);
+        return MHD_YES;
+    }
+    const bool gone = r->http_gone;
+    pthread_mutex_unlock(&r->mu);
+    if (gone) return MHD_NO; /* srv_embed_watch saw the client leave: close */
+    if (r->embed->failed == KVANT_FINISH_CANCELLED) /* srv_reg_cancel_all: the grace period ran out */
+        return send_error(s, x, c, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, "shutting_down",
+                          "the server is shutting down");
+    if (r->embed->failed != KVANT_FINISH_NONE)
+        return send_error(s, x, c, 500, "server_error", NULL, NULL, "the engine failed on an input (or its "
+                          "embedding is not finite)");
+    cJSON *j = srv_render_embeddings(r);
+    return j ? send_json(x, c, MHD_HTTP_OK, j) : send_error(s, x, c, 500, "server_error", NULL, NULL, "out of memory");
+}
+
+static enum MHD_Result handle_embeddings(srv *s, conn_ctx *x, struct MHD_Connection *c) {
+    enum MHD_Result ret;
+    if (x->too_big) return body_json(s, x, c, &ret), ret;
+    if (atomic_load(&s->draining))
+        return send_error(s, x, c, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, "shutting_down",
+                          "the server is shutting down");
+    cJSON *j = body_json(s, x, c, &ret);
+    if (!j) return ret;
+    parsed p = {0};
+    verr v = {0};
+    kvant_status st;
+    sreq *r = NULL;
+    if (!srv_validate_embeddings(s, j, &p, &v)) ret = send_verr(s, x, c, &v);
+    else if (!(r = srv_embed_submit(s, &p, c, x->t0, &st))) ret = send_submit_error(s, x, c, &st);
+    else x->req = r, ret = finish_embeddings(s, x, c);
     srv_parsed_free(&p);
     cJSON_Delete(j);
     return ret;
@@ -341,6 +389,10 @@ static enum MHD_Result route_request(srv *s, conn_ctx *x, struct MHD_Connection 
         if (!post) goto method;
         return handle_generate(s, x, c, url[4] == 'c' && url[5] == 'h');
     }
+    if (!strcmp(url, "/v1/embeddings")) {
+        if (!post) goto method;
+        return handle_embeddings(s, x, c);
+    }
     return send_error(s, x, c, MHD_HTTP_NOT_FOUND, "invalid_request_error", NULL, "not_found", "no route %s %.200s",
                       method, url);
 method:
@@ -381,7 +433,8 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
         x->len += n;
         return MHD_YES;
     }
-    if (x->req) return finish_blocking(s, x, c); /* resumed: more events */
+    if (x->req) /* resumed: more events */
+        return x->req->embed ? finish_embeddings(s, x, c) : finish_blocking(s, x, c);
     return route_request(s, x, c, url, method);
 }
 

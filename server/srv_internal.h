@@ -10,7 +10,10 @@
  *                  steps the engine and routes events to their requests;
  *   render.c       events -> text (stop strings, UTF-8) -> the response
  *                  JSON and SSE chunks: completion and chat bodies, chunks,
- *                  logprobs, usage.
+ *                  logprobs, usage;
+ *   embed.c        POST /v1/embeddings: its validation, its submission (one
+ *                  engine request per input, all waited for by one sreq),
+ *                  the vectors' arrival and the response body.
  *
  * Flow of a request: the access handler collects the body, validates it
  * (which tokenizes), submits it to the engine and suspends the connection.
@@ -37,6 +40,7 @@
 #define SRV_MAX_STOPS 4    /* OpenAI's limit */
 #define SRV_MAX_STOP_LEN 256
 #define SRV_EVENTS 4096    /* events taken per engine step call */
+#define SRV_MAX_EMBED_INPUTS 256 /* inputs per /v1/embeddings request */
 
 /* one of a request's n samples, as the consumer sees it */
 typedef struct {
@@ -52,6 +56,23 @@ typedef struct {
     bool in_call;           /* tools: the reply has begun a tool call (content held, stops no longer matched) */
 } choice;
 
+/* An embeddings request's engine side (sreq.embed): one engine request per
+ * input, submitted in order under the registry lock (so ids increase); the
+ * engine thread copies each vector in as its event is routed (under the
+ * sreq's mu), the handler renders them once all have arrived. */
+typedef struct {
+    int n;                  /* inputs = engine requests */
+    int64_t *ids;           /* [n] their engine ids, increasing */
+    int *n_tok;             /* [n] tokens of each input */
+    int dim;
+    float *vec;             /* [n][dim], filled as the events arrive */
+    int n_vec;              /* vectors arrived */
+    kvant_finish failed;    /* an input ended without a vector: CANCELLED / ERROR (NONE: none) */
+    bool base64;            /* encoding_format "base64" */
+    int n_tokens;           /* all inputs' tokens (usage) */
+    int fd;                 /* the connection's socket (srv_embed_watch) */
+} srv_embed;
+
 /* A request between submission and its last byte.  Two references: the
  * connection's (conn_ctx.req) and the registry's (until the engine reports
  * every sample finished).  The queue fields are the engine thread's and the
@@ -65,7 +86,8 @@ typedef struct sreq {
     bool chat, stream, include_usage;
     bool tools;             /* chat: read each reply for tool calls (render.c) */
     uint64_t tool_seed;     /* the calls' ids: from it and the choice's index */
-    int n;                  /* samples the engine generates (best_of) */
+    int n;                  /* samples the engine generates (best_of); 0 for embeddings */
+    srv_embed *embed;       /* POST /v1/embeddings (NULL: a generation) */
     int n_return;           /* choices in the response: the n_return best (all when equal) */
     choice ch[SRV_MAX_N];
     char *stops[SRV_MAX_STOPS];
@@ -122,6 +144,7 @@ struct srv {
     uint64_t seed_ctr;
     kvant_event *evbuf;
     char ui_etag[32];          /* the chat page's ETag (server/ui.c) */
+    double embed_watch_ms;     /* the engine thread's last srv_embed_watch */
 };
 
 /* A refused request: the HTTP status (400 unless set), the field it names
@@ -153,6 +176,11 @@ typedef struct {
     bool echo;              /* completions: the prompt's text before each completion */
     char *echo_text;
     bool add_special, parse_special, with_pieces; /* /tokenize */
+    /* /v1/embeddings: n_inputs token lists, each malloc'd */
+    int32_t **in_tok;
+    int *in_n;
+    int n_inputs;
+    bool base64;
 } parsed;
 
 /* ---- http.c ------------------------------------------------------------------ */
@@ -166,6 +194,7 @@ bool srv_validate_chat(srv *s, cJSON *j, parsed *p, verr *v);         /* POST /v
 bool srv_validate_apply_template(srv *s, cJSON *j, parsed *p, verr *v); /* POST /apply-template: p->text */
 bool srv_validate_tokenize(srv *s, cJSON *j, parsed *p, verr *v);     /* POST /tokenize */
 bool srv_validate_detokenize(srv *s, cJSON *j, parsed *p, verr *v);   /* POST /detokenize: p->ids */
+bool srv_check_model(srv *s, cJSON *j, verr *v);  /* the model named, if any, is this server's (else 404) */
 void srv_parsed_free(parsed *p);
 
 /* ---- engine_loop.c ------------------------------------------------------------ */
@@ -179,6 +208,29 @@ void srv_req_unref(sreq *r);
 void srv_req_hangup(sreq *r);
 int srv_reg_count(srv *s);          /* requests the engine still runs */
 void srv_reg_cancel_all(srv *s);
+
+/* ---- embed.c: POST /v1/embeddings ------------------------------------------------ */
+/* the body -> p->in_tok / in_n / n_inputs (tokenized as /v1/completions), p->base64 */
+bool srv_validate_embeddings(srv *s, cJSON *j, parsed *p, verr *v);
+/* Submits every input of p (their tokens stay in p) as one request waited
+ * for by connection c; all or none: when the engine refuses one (st:
+ * KVANT_ERR_FULL when the queue is full) those already queued are cancelled
+ * and NULL is returned. */
+sreq *srv_embed_submit(srv *s, parsed *p, struct MHD_Connection *c, double t_arrive, kvant_status *st);
+/* the engine thread, routing ev to r (under r->mu): takes its vector */
+void srv_embed_event(sreq *r, const kvant_event *ev);
+/* whether id is one of r's engine requests (r->embed set) */
+bool srv_embed_has(const sreq *r, int64_t id);
+void srv_embed_cancel(srv *s, sreq *r);    /* cancels every input's engine request */
+/* The engine thread, after each step (every 100 ms at most): libmicrohttpd
+ * does not see a suspended connection close, so the sockets of suspended
+ * embeddings requests are peeked at; one whose client has gone has every
+ * input cancelled and r->http_gone set (the handler then closes it). */
+void srv_embed_watch(srv *s);
+void srv_embed_free(srv_embed *e);
+/* the response body of a request whose vectors have all arrived (NULL:
+ * out of memory); counts it in /metrics */
+cJSON *srv_render_embeddings(sreq *r);
 
 /* ---- render.c ------------------------------------------------------------------ */
 /* Takes the queued events and advances every choice's text; for streams,

@@ -66,6 +66,9 @@ void srv_parsed_free(parsed *p) {
     free(p->echo_text);
     free(p->bias);
     for (int i = 0; i < p->n_stops; i++) free(p->stops[i]);
+    for (int i = 0; i < p->n_inputs; i++) free(p->in_tok[i]);
+    free(p->in_tok);
+    free(p->in_n);
 }
 
 /* ---- the fields each endpoint takes ----------------------------------------------
@@ -696,6 +699,8 @@ static bool check_model(srv *s, cJSON *j, verr *v) {
     }
     return true;
 }
+
+bool srv_check_model(srv *s, cJSON *j, verr *v) { return check_model(s, j, v); } /* embed.c's */
 
 /* ---- endpoints ------------------------------------------------------------------ */
 bool srv_validate_completion(srv *s, cJSON *j, parsed *p, verr *v) {
