@@ -2,7 +2,8 @@
 // usage: node test_openai.mjs KVANT_BINARY MODEL.gguf
 // Starts `kvant serve --port 0 --api-key ...`, reads the port from its log,
 // then checks models, completions and chat (plain and streaming), n > 1,
-// the request fields (logit_bias, stop arrays, penalties, echo, best_of) and
+// the request fields (logit_bias, stop arrays, penalties, echo, best_of),
+// embeddings (base64, which the client asks for by default, decoded) and
 // the client's typed errors (404 model, 401 key, 400 bad value, 400 naming
 // a field kvant does not support yet or does not know).
 import { spawn } from 'node:child_process';
@@ -206,6 +207,36 @@ await check('unknown field -> BadRequestError 400 naming it', async () => {
   await assert.rejects(client.completions.create({ model: id, prompt: 'hi', max_tokens: 2, mirostat: 2 }),
                        (e) => e instanceof OpenAI.BadRequestError && e.param === 'mirostat' &&
                               e.code === 'unknown_field');
+});
+
+await check('embeddings.create (the client asks for base64 and decodes it)', async () => {
+  const inputs = ['Once upon a time', 'The dog ran to the park.', 'A cat.'];
+  const r = await client.embeddings.create({ model: id, input: inputs });
+  assert.equal(r.object, 'list');
+  assert.equal(r.model, id);
+  assert.equal(r.data.length, 3);
+  const f = await client.embeddings.create({ model: id, input: inputs, encoding_format: 'float' });
+  for (let i = 0; i < 3; i++) {
+    const v = r.data[i].embedding;
+    assert.equal(r.data[i].index, i);
+    assert.ok(Array.isArray(v));
+    assert.equal(v.length, 64); /* stories260K's dim */
+    const norm = v.reduce((a, x) => a + x * x, 0);
+    assert.ok(Math.abs(norm - 1) < 1e-5, `norm ${norm}`);
+    /* the decoded base64 is the float response's float32s exactly */
+    assert.deepEqual(v, f.data[i].embedding.map(Math.fround));
+  }
+  assert.ok(r.usage.prompt_tokens > 3);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens);
+  const one = await client.embeddings.create({ model: id, input: 'A cat.', dimensions: 64, user: 'u-1' });
+  assert.deepEqual(one.data[0].embedding, r.data[2].embedding);
+});
+
+await check('embeddings: dimensions other than the model\'s -> BadRequestError naming dimensions', async () => {
+  await assert.rejects(client.embeddings.create({ model: id, input: 'x', dimensions: 8 }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'dimensions');
+  await assert.rejects(client.embeddings.create({ model: id, input: '' }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'input');
 });
 
 srv.kill('SIGTERM');
