@@ -113,10 +113,19 @@ int64_t kvant_engine_submit(kvant_engine *e, const int32_t *prompt, int n_prompt
     if (!r) return core_fail(st, KVANT_ERR_ARG, "no request settings"), -1;
     sched_request sr = {.max_tokens = r->max_tokens, .n = r->n, .ignore_eos = r->ignore_eos,
                         .logprobs = r->logprobs, .embed = r->embed};
+    if (r->grammar && r->embed) return core_fail(st, KVANT_ERR_ARG, "an embedding request takes no grammar"), -1;
     sample_bias *bias;
     if (!api_sample_params(&r->sampling, &sr.sampling, &bias, st)) return -1;
+    if (r->grammar) { /* the request's own reference, released by sched/ when it is freed */
+        sr.grammar = api_grammar_of(r->grammar);
+        sr.gvocab = api_grammar_vocab_of(r->grammar);
+        sr.release = api_grammar_release;
+        sr.release_arg = r->grammar;
+        api_grammar_ref(r->grammar);
+    }
     pthread_mutex_lock(&e->mu);
     const int64_t id = sched_submit(e->s, prompt, n_prompt, &sr, st); /* copies the bias */
+    if (id <= 0 && sr.release) sr.release(sr.release_arg); /* refused: nothing keeps it */
     if (id > 0) pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     free(bias);

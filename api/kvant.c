@@ -26,8 +26,10 @@ kvant_model *kvant_model_open(const char *path, const kvant_model_params *p, kva
         core_fail(st, KVANT_ERR_NOMEM, "out of memory");
         return NULL;
     }
+    pthread_mutex_init(&km->gv_mu, NULL);
     km->m = model_open(path, p ? p->tokenizer_path : NULL, p ? p->n_threads : 0, st);
     if (!km->m) {
+        pthread_mutex_destroy(&km->gv_mu);
         free(km);
         return NULL;
     }
@@ -42,6 +44,8 @@ kvant_model *kvant_model_open(const char *path, const kvant_model_params *p, kva
 void kvant_model_free(kvant_model *km) {
     if (!km) return;
     model_close(km->m);
+    api_grammar_vocab_free(km);
+    pthread_mutex_destroy(&km->gv_mu);
     free(km);
 }
 

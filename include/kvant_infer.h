@@ -285,6 +285,31 @@ kvant_engine *kvant_engine_new(kvant_model *m, const kvant_engine_params *p, kva
 /* every request is cancelled; no step may be running */
 void kvant_engine_free(kvant_engine *e);
 
+/* ---- structured outputs: grammars that constrain the tokens (grammar/) -------
+ * A kvant_grammar is compiled once and may serve many requests at once
+ * (kvant_request.grammar): at every step the engine masks the logits of
+ * every token whose bytes the grammar cannot accept there (before
+ * temperature, top-k and top-p), and allows the end-of-generation token only
+ * where the grammar can end; a reply ends ("stop") when the grammar admits
+ * nothing more.  Kinds:
+ *   KVANT_GRAMMAR_GBNF         llama.cpp's GBNF text (rule "root");
+ *   KVANT_GRAMMAR_JSON_SCHEMA  a JSON Schema (objects, arrays, enum, const,
+ *                              the scalar types, anyOf/oneOf, $ref to $defs,
+ *                              min/maxItems, min/maxLength, simple patterns,
+ *                              integer bounds; see README "Structured
+ *                              outputs"); NULL or "{}": any JSON value;
+ *   KVANT_GRAMMAR_JSON_OBJECT  any JSON object (response_format json_object).
+ * NULL + st on failure: KVANT_ERR_ARG for malformed text, KVANT_ERR_UNSUPPORTED
+ * naming the keyword or construct kvant cannot compile. */
+typedef struct kvant_grammar kvant_grammar;
+typedef enum { KVANT_GRAMMAR_GBNF = 0, KVANT_GRAMMAR_JSON_SCHEMA, KVANT_GRAMMAR_JSON_OBJECT } kvant_grammar_kind;
+kvant_grammar *kvant_grammar_new(kvant_model *m, kvant_grammar_kind kind, const char *text, size_t len,
+                                 kvant_status *st);
+/* drops the caller's handle; requests submitted with it keep theirs */
+void kvant_grammar_free(kvant_grammar *g);
+/* The GBNF a JSON Schema compiles to (malloc'd; the caller frees it), for logs. */
+char *kvant_grammar_schema_gbnf(const char *schema_json, size_t len, kvant_status *st);
+
 typedef struct {
     kvant_sampling sampling;
     int max_tokens;         /* generated tokens at most (> 0) */
@@ -294,6 +319,8 @@ typedef struct {
                                top `logprobs` alternatives (at most KVANT_MAX_LOGPROBS) */
     bool embed;             /* the prompt's embedding instead of tokens (as kvant_embed: pooled,
                                L2-normalized; n 1, max_tokens 0): one KVANT_FINISH_EMBEDDING event */
+    kvant_grammar *grammar; /* NULL, or every sample's tokens follow it (the engine keeps a
+                               reference until the request ends; ignore_eos does not apply) */
 } kvant_request;
 #define KVANT_MAX_LOGPROBS 8
 

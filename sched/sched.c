@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grammar.h"
 #include "kernels/kernels.h"
 #include "kernels/types.h"
 #include "kv/paged.h"
@@ -32,6 +33,7 @@ typedef struct sseq {
     int batch_n;               /* tokens in the batch (0: not in it) */
     int logit_row;             /* its row of the logits, -1: none */
     double *embd;              /* embed requests: [dim] pooled hidden states so far */
+    grammar_state *gs;         /* structured outputs: where the sample is in its grammar */
 } sseq;
 
 struct sched_req {
@@ -59,6 +61,7 @@ struct sched {
     float *logits;             /* [max_seqs][V] */
     float *lp_scratch;         /* [V] logits copy for logprobs */
     float *fork_row;           /* [V] logits copy a forked sample samples from */
+    uint8_t *gmask;            /* [V] the grammar's allowed tokens this step */
     /* requests and queues */
     sched_req *reqs;           /* live requests, newest first */
     int64_t next_id;
@@ -173,7 +176,9 @@ static void req_free(sched *s, sched_req *r) {
         kv_free(r->seqs[i].kv);
         free(r->seqs[i].toks);
         free(r->seqs[i].embd);
+        grammar_state_free(r->seqs[i].gs);
     }
+    if (r->r.release) r->r.release(r->r.release_arg);
     free(r->seqs);
     free(r->bias);
     free(r);
@@ -246,6 +251,7 @@ sched *sched_new(const model *m, const sched_params *p, kvant_status *st) {
     s->logits = malloc((size_t)p->max_seqs * s->V * sizeof(float));
     s->lp_scratch = malloc((size_t)s->V * sizeof(float));
     s->fork_row = malloc((size_t)s->V * sizeof(float));
+    s->gmask = malloc((size_t)s->V);
     s->run = calloc((size_t)p->max_seqs, sizeof *s->run);
     s->seg = calloc((size_t)p->max_seqs, sizeof *s->seg);
     s->seg_seq = calloc((size_t)p->max_seqs, sizeof *s->seg_seq);
@@ -273,6 +279,7 @@ void sched_free(sched *s) {
     free(s->logits);
     free(s->lp_scratch);
     free(s->fork_row);
+    free(s->gmask);
     free(s->run);
     free(s->seg);
     free(s->seg_seq);
@@ -340,6 +347,7 @@ int64_t sched_submit(sched *s, const int32_t *prompt, int n_prompt, const sched_
         x->logit_row = -1;
         if (!(x->toks = malloc((size_t)(n_prompt + r->max_tokens) * sizeof(int32_t)))) goto oom;
         if (r->embed && !(x->embd = calloc((size_t)s->m->cfg.dim, sizeof(double)))) goto oom;
+        if (r->grammar && !(x->gs = grammar_state_new(r->grammar, st))) goto oom;
         memcpy(x->toks, prompt, (size_t)n_prompt * sizeof(int32_t));
         x->n_toks = n_prompt;
     }
@@ -354,7 +362,8 @@ int64_t sched_submit(sched *s, const int32_t *prompt, int n_prompt, const sched_
 oom:
     if (q) {
         if (q->seqs)
-            for (int i = 0; i < n; i++) free(q->seqs[i].toks), free(q->seqs[i].embd);
+            for (int i = 0; i < n; i++)
+                free(q->seqs[i].toks), free(q->seqs[i].embd), grammar_state_free(q->seqs[i].gs);
         free(q->seqs);
         free(q->bias);
         free(q);
@@ -567,25 +576,52 @@ static void logprobs_of(float *x, int V, int n, int32_t token, sched_event *e) {
 
 /* samples q's next token from row (modified), reports it, finishes q at
  * EOS or max_tokens */
+static void finish_now(sched *s, sseq *q, sched_end fin) {
+    sched_event e = event_of(q, -1, fin);
+    push_event(s, &e);
+    seq_done(s, q);
+}
+
+/* structured outputs: only the tokens q's grammar accepts keep their logits
+ * (the end-of-generation tokens only where it can end); false when none does */
+static bool grammar_restrict(sched *s, sseq *q, float *row) {
+    const grammar_vocab *v = q->req->r.gvocab;
+    const int nv = grammar_vocab_n_tokens(v);
+    if (grammar_mask(q->gs, v, s->gmask) <= 0) return false;
+    grammar_apply_mask(s->gmask, row, nv < s->V ? nv : s->V);
+    for (int i = nv; i < s->V; i++) row[i] = -INFINITY; /* ids past the tokenizer's */
+    return true;
+}
+
 static void sample_next(sched *s, sseq *q, float *row) {
     const sched_req *r = q->req;
     const int nlp = r->r.logprobs;
-    if (nlp > 0) memcpy(s->lp_scratch, row, (size_t)s->V * sizeof(float));
+    if (q->gs && !grammar_restrict(s, q, row)) {
+        finish_now(s, q, SCHED_FINISH_ERROR);
+        return;
+    }
+    if (nlp > 0) memcpy(s->lp_scratch, row, (size_t)s->V * sizeof(float)); /* as the grammar leaves them */
     const int32_t token = sampler_sample(q->smp, row);
     sampler_accept(q->smp, token);
-    if (tok_is_eog(s->m->tok, token) && !r->r.ignore_eos) {
-        sched_event e = event_of(q, -1, SCHED_FINISH_EOS);
-        push_event(s, &e);
-        seq_done(s, q);
+    /* with a grammar, an end-of-generation token was allowed only where it may end */
+    if (tok_is_eog(s->m->tok, token) && (!r->r.ignore_eos || q->gs)) {
+        finish_now(s, q, SCHED_FINISH_EOS);
+        return;
+    }
+    if (q->gs && !grammar_accept(q->gs, r->r.gvocab, token)) {
+        finish_now(s, q, SCHED_FINISH_ERROR);
         return;
     }
     q->toks[q->n_toks++] = token;
     q->n_gen++;
-    const sched_end fin = q->n_gen >= r->r.max_tokens ? SCHED_FINISH_LENGTH : SCHED_FINISH_NONE;
+    const bool done = q->gs && grammar_is_done(q->gs); /* nothing can follow: the reply is complete */
+    const sched_end fin = done ? SCHED_FINISH_NONE : q->n_gen >= r->r.max_tokens ? SCHED_FINISH_LENGTH
+                                                                                   : SCHED_FINISH_NONE;
     sched_event e = event_of(q, token, fin);
     if (nlp > 0) logprobs_of(s->lp_scratch, s->V, nlp, token, &e);
     push_event(s, &e);
-    if (fin) seq_done(s, q);
+    if (done) finish_now(s, q, SCHED_FINISH_EOS);
+    else if (fin) seq_done(s, q);
 }
 
 /* sample 0 of r has its prompt's logits: make samples 1..n-1 share its blocks */

@@ -68,6 +68,13 @@ typedef struct {
     bool ignore_eos;
     int logprobs;              /* 0..SCHED_MAX_LOGPROBS */
     bool embed;                /* the prompt's pooled embedding, no tokens (n 1, max_tokens 0) */
+    /* structured outputs: the tokens follow this grammar over these byte
+     * strings (grammar/grammar.h); release(release_arg) when the request
+     * is freed (the caller's reference) */
+    const struct grammar *grammar;
+    const struct grammar_vocab *gvocab;
+    void (*release)(void *);
+    void *release_arg;
 } sched_request;
 
 typedef enum {
