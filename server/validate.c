@@ -440,7 +440,10 @@ static bool parse_prompt(srv *s, cJSON *j, parsed *p, verr *v) {
  * tools: [{"type": "function", "function": {"name" ([a-zA-Z0-9_-]{1,64}),
  * "description"?, "parameters"? (an object), "strict"?}}], checked as OpenAI
  * checks them; they and the calls go to kvant_chat_render_tools as JSON
- * text, which each family renders in its own format (README "Tool calls"). */
+ * text, which each family renders in its own format (README "Tool calls").
+ * Other keys of a tool are not refused: they are not dropped but rendered
+ * with it, as the templates do (Qwen's writes the whole tool, Mistral's
+ * leaves out "return"). */
 static bool check_tools(cJSON *tools, verr *v) {
     if (!cJSON_IsArray(tools)) return bad(v, "tools", "'tools' must be an array");
     const int n = cJSON_GetArraySize(tools);
@@ -450,21 +453,16 @@ static bool check_tools(cJSON *tools, verr *v) {
     cJSON_ArrayForEach(t, tools) {
         if (!cJSON_IsObject(t)) return bad(v, "tools", "tools[%d] must be an object", i);
         cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type"), *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
-        cJSON_ArrayForEach(f, t) if (strcmp(f->string, "type") && strcmp(f->string, "function"))
-            return bad(v, "tools", "tools[%d]: unrecognized field '%.64s'", i, f->string);
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))
             return bad(v, "tools", "tools[%d].type must be \"function\"", i);
         if (!cJSON_IsObject(fn)) return bad(v, "tools", "tools[%d].function must be an object", i);
-        cJSON_ArrayForEach(f, fn) {
-            if (!strcmp(f->string, "name")) continue;
+        cJSON_ArrayForEach(f, fn) { /* other keys go to the template with the rest (Mistral's leaves out "return") */
             if (!strcmp(f->string, "description") && !cJSON_IsString(f) && !cJSON_IsNull(f))
                 return bad(v, "tools", "tools[%d].function.description must be a string", i);
             if (!strcmp(f->string, "parameters") && !cJSON_IsObject(f) && !cJSON_IsNull(f))
                 return bad(v, "tools", "tools[%d].function.parameters must be an object (a JSON Schema)", i);
             if (!strcmp(f->string, "strict") && !cJSON_IsBool(f) && !cJSON_IsNull(f))
                 return bad(v, "tools", "tools[%d].function.strict must be a boolean", i);
-            if (strcmp(f->string, "description") && strcmp(f->string, "parameters") && strcmp(f->string, "strict"))
-                return bad(v, "tools", "tools[%d].function: unrecognized field '%.64s'", i, f->string);
         }
         cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
         if (!cJSON_IsString(name)) return bad(v, "tools", "tools[%d].function.name is required (a string)", i);

@@ -196,10 +196,14 @@ await check('response_format json_object -> BadRequestError 400 naming response_
                               e.param === 'response_format' && /not supported yet/.test(e.message));
 });
 
-await check('tools -> BadRequestError 400 naming tools', async () => {
-  await assert.rejects(client.chat.completions.create({
-    model: id, messages: [{ role: 'user', content: 'x' }],
-    tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }] }),
+await check('tool_choice required -> BadRequestError naming tool_choice (until structured outputs)', async () => {
+  const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }];
+  await assert.rejects(client.chat.completions.create({ model: id, messages: [{ role: 'user', content: 'x' }], tools,
+                                                        tool_choice: 'required' }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice' &&
+                              /structured outputs/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: id, messages: [{ role: 'user', content: 'x' }],
+                                                        tools: [{ type: 'function', function: { name: 'get weather' } }] }),
                        (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools');
 });
 
