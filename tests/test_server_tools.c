@@ -1,13 +1,19 @@
 /* test_server_tools.c - tool calls in kvant serve's /v1/chat/completions.
  *
  * The shipped model (stories260K) has no chat template and never writes a
- * tool call by itself, so the reply side is driven directly: a fixed reply
- * text is tokenized with the model's vocabulary and fed, token by token, as
- * engine events to the server's own drain / render code (srv_drain,
- * srv_render_final), exactly as the engine thread's events would arrive.
- * That checks the non-streamed body and the SSE delta sequence the openai
- * client reads.  Control-token text (kvant_token_to_piece_ex) is checked on
- * the model's own control tokens. */
+ * tool call by itself, so the reply side is first driven directly: a fixed
+ * reply text is tokenized with the model's vocabulary and fed, token by
+ * token, as engine events to the server's own consumer code (srv_drain,
+ * srv_render_final), exactly as the engine thread's events would arrive:
+ * the non-streamed body and the SSE deltas the openai client reads, per
+ * family, with stops, n > 1, held text that was no call.  Then kvant serve
+ * over HTTP: requests with tools, calls and results accepted and rendered
+ * (the prompt /apply-template shows), every refusal naming its field.  Last,
+ * a real call end to end: a copy of stories260K whose vocabulary names the
+ * tokens it answers one request with (test_end_to_end_call says how), served
+ * by kvant serve.  Control-token text (kvant_token_to_piece_ex) is checked on
+ * the model's own control tokens.  tests/node/test_openai.mjs reads what this
+ * test writes to tmp/ (the SSE transcript, the relabelled model). */
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <pthread.h>
@@ -18,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "format/gguf.h"
 #include "server/srv_internal.h"
 #include "testutil.h"
 
@@ -520,6 +527,7 @@ typedef struct {
 } server_proc;
 
 static server_proc g_srv; /* stories260K with --chat-template qwen2.5 */
+static server_proc g_e2e; /* the relabelled copy (stopped in teardown if a test failed) */
 
 /* `kvant serve -m MODEL --port 0 ARGS`, its port read from its log */
 static server_proc start_server(const char *model, const char *args, const char *logname) {
@@ -775,6 +783,224 @@ static void test_tool_refusals(void **state) {
 #undef CALL
 }
 
+/* ---- a real tool call, end to end ------------------------------------------------------
+ * stories260K never writes a call, but its greedy reply to a prompt is fixed:
+ * so a copy of it whose vocabulary names the tokens it will write (the same
+ * weights, the same ids, three tokens relabelled) makes a model that answers
+ * a tool call.  The prompt is rendered as kvant serve renders it
+ * (mistral-v3 with the tools); its greedy first three tokens become
+ * [TOOL_CALLS] (a control token, as in Mistral's vocabulary, so the marker
+ * path of the pieces is what reads it), the call's JSON, and EOS.  The
+ * request bans (logit_bias -100) the prompt's own tokens and the byte and
+ * control tokens, so the three are ordinary tokens the prompt does not
+ * hold; the copy is usable when they are distinct and the prompt tokenizes
+ * to the same ids with the new vocabulary; a few questions are tried until
+ * one is.  kvant serve then has to give the openai client a
+ * real call, streamed and not; test_openai.mjs drives the same file
+ * through the client (tools_e2e.json says which request). */
+#define E2E_TOOLS                                                                                                    \
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"The weather in a city\","     \
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}]"
+#define E2E_CALL "[{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}]"
+
+/* greedy, as the engine samples at temperature 0 with logit_bias -100 on the banned ids */
+static void greedy(kvant_model *m, const int32_t *prompt, int n, const bool *banned, int32_t *out, int k) {
+    kvant_status st;
+    kvant_model_info info;
+    kvant_model_get_info(m, &info);
+    kvant_seq *s = kvant_seq_new(m, 0, &st);
+    float *logits = malloc((size_t)info.vocab_size * sizeof *logits);
+    assert_true(s && logits);
+    assert_int_equal(kvant_forward(s, prompt, n, logits, false, &st), KVANT_OK);
+    for (int i = 0; i < k; i++) {
+        int best = -1;
+        for (int t = 0; t < info.vocab_size; t++)
+            if (!banned[t] && (best < 0 || logits[t] > logits[best])) best = t;
+        out[i] = best;
+        assert_int_equal(kvant_forward(s, &out[i], 1, logits, false, &st), KVANT_OK);
+    }
+    free(logits);
+    kvant_seq_free(s);
+}
+
+/* stories260K with g[0] named [TOOL_CALLS] (control), g[1] the call, g[2] EOS */
+static bool write_relabelled(const char *path, const int32_t *g) {
+    kvant_status st;
+    gguf_ctx *gc = gguf_open(shared_path("models/stories260K.gguf"), &st);
+    assert_non_null(gc);
+    const gguf_value *toks = gguf_find(gc, "tokenizer.ggml.tokens"), *types = gguf_find(gc, "tokenizer.ggml.token_type");
+    assert_true(toks && types && toks->arr.n == types->arr.n);
+    const uint64_t n = toks->arr.n;
+    char **tv = calloc(n, sizeof *tv);
+    int32_t *ty = calloc(n, sizeof *ty);
+    bool ok = true;
+    for (uint64_t i = 0; i < n; i++) {
+        const gguf_str t = gguf_arr_str(toks, i);
+        tv[i] = strndup(t.data, t.len);
+        ty[i] = (int32_t)gguf_arr_i64(types, i);
+    }
+    for (int k = 0; k < 3; k++) ok &= ty[g[k]] == 1; /* ordinary tokens only (no byte, no control) */
+    free(tv[g[0]]), tv[g[0]] = strdup("[TOOL_CALLS]"), ty[g[0]] = 3;
+    free(tv[g[1]]), tv[g[1]] = strdup(E2E_CALL);
+    gguf_writer *w = gguf_writer_new();
+    for (int64_t i = 0; i < gguf_n_kv(gc); i++) {
+        const char *k = gguf_kv_key(gc, i);
+        if (strcmp(k, "tokenizer.ggml.tokens") && strcmp(k, "tokenizer.ggml.token_type") &&
+            strcmp(k, "tokenizer.ggml.eos_token_id"))
+            gguf_writer_add_value(w, k, gguf_kv_value(gc, i));
+    }
+    gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", (const char *const *)tv, n);
+    gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_INT32, ty, n);
+    gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)g[2]);
+    for (int64_t i = 0; i < gguf_n_tensors(gc); i++) {
+        const gguf_tensor *t = gguf_tensor_at(gc, i);
+        assert_int_equal(gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, &st), KVANT_OK);
+    }
+    assert_int_equal(gguf_writer_write_file(w, path, &st), KVANT_OK);
+    gguf_writer_free(w);
+    gguf_close(gc);
+    for (uint64_t i = 0; i < n; i++) free(tv[i]);
+    free(tv);
+    free(ty);
+    return ok;
+}
+
+/* the prompt kvant serve renders for one user message and E2E_TOOLS, as tokens of m */
+static int e2e_prompt(kvant_model *m, const char *question, int32_t *tok, int max) {
+    const kvant_chat_msg msg[] = {{"user", question}};
+    kvant_status st;
+    char *text = kvant_chat_render_tools(KVANT_CHAT_MISTRAL_V3, msg, 1, E2E_TOOLS, true, &st);
+    assert_non_null(text);
+    const int n = kvant_chat_tokenize(m, text, strlen(text), tok, max);
+    free(text);
+    assert_true(n > 0);
+    return n;
+}
+
+static void test_end_to_end_call(void **state) {
+    (void)state;
+    static const char *const questions[] = {"What is the weather in Paris?", "Weather in Paris, please.",
+                                            "Is it raining in Paris?", "How warm is Paris today?",
+                                            "Tell me the weather in Paris.", "Paris weather?", "Is Paris sunny?",
+                                            "Weather report for Paris.", "Should I take an umbrella in Paris?",
+                                            "What is it like outside in Paris?"};
+    const char *path = tmp_path("tools_e2e.gguf");
+    char model_path[512];
+    snprintf(model_path, sizeof model_path, "%s", path);
+    const char *question = NULL;
+    int32_t a[2048], b[2048], g[3];
+    kvant_model_info info;
+    kvant_model_get_info(g_model, &info);
+    bool *banned = calloc((size_t)info.vocab_size, 1);
+    for (size_t q = 0; q < sizeof questions / sizeof *questions && !question; q++) {
+        const int n = e2e_prompt(g_model, questions[q], a, 2048);
+        memset(banned, 0, (size_t)info.vocab_size);
+        for (int t = 0; t < 259; t++) banned[t] = true; /* <unk> <s> </s>, the 256 bytes */
+        for (int i = 0; i < n; i++) banned[a[i]] = true;
+        greedy(g_model, a, n, banned, g, 3);
+        bool usable = g[0] != g[1] && g[1] != g[2] && g[0] != g[2];
+        for (int i = 0; i < n && usable; i++) usable = a[i] != g[0] && a[i] != g[1] && a[i] != g[2];
+        {
+            char pc[3][64];
+            for (int k = 0; k < 3; k++) {
+                const int l = kvant_token_to_piece(g_model, 5, g[k], pc[k], 63);
+                pc[k][l > 0 ? l : 0] = 0;
+            }
+            printf("end to end: \"%s\": greedy %d '%s' %d '%s' %d '%s'%s\n", questions[q], g[0], pc[0], g[1], pc[1],
+                   g[2], pc[2], usable ? "" : " (not distinct)");
+        }
+        if (!usable || !write_relabelled(model_path, g)) continue;
+        kvant_status st;
+        kvant_model *m2 = kvant_model_open(model_path, NULL, &st);
+        assert_non_null(m2);
+        if (e2e_prompt(m2, questions[q], b, 2048) == n && !memcmp(a, b, (size_t)n * sizeof *a)) {
+            int32_t g2[3];
+            greedy(m2, a, n, banned, g2, 3); /* the same weights: the same reply */
+            assert_memory_equal(g, g2, sizeof g);
+            char piece[128];
+            assert_int_equal(kvant_token_to_piece(m2, a[n - 1], g[0], piece, sizeof piece), 0); /* control */
+            assert_true(kvant_token_is_eog(m2, g[2]));
+            question = questions[q];
+        }
+        kvant_model_free(m2);
+    }
+    if (!question) fail_msg("no question gives a usable relabelling");
+    printf("end to end: \"%s\": tokens %d %d %d named [TOOL_CALLS], the call, EOS in %s\n", question, g[0], g[1],
+           g[2], model_path);
+    /* what test_openai.mjs sends */
+    cJSON *req = cJSON_CreateObject(), *ms = cJSON_AddArrayToObject(req, "messages"), *u = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "model_path", model_path);
+    cJSON_AddStringToObject(req, "chat_template", "mistral-v3");
+    cJSON_AddStringToObject(u, "role", "user");
+    cJSON_AddStringToObject(u, "content", question);
+    cJSON_AddItemToArray(ms, u);
+    cJSON_AddItemToObject(req, "tools", cJSON_Parse(E2E_TOOLS));
+    cJSON *lb = cJSON_AddObjectToObject(req, "logit_bias");
+    for (int t = 0; t < info.vocab_size; t++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", t);
+        if (banned[t]) cJSON_AddNumberToObject(lb, key, -100);
+    }
+    free(banned);
+    char *rj = cJSON_Print(req);
+    FILE *fp = fopen(tmp_path("tools_e2e.json"), "w");
+    assert_non_null(fp);
+    fputs(rj, fp);
+    fclose(fp);
+    free(rj);
+
+    g_e2e = start_server(model_path, "--chat-template mistral-v3", "tools_e2e_server.log");
+    const int port = g_e2e.port;
+    assert_true(port > 0);
+    cJSON_DeleteItemFromObject(req, "model_path");
+    cJSON_DeleteItemFromObject(req, "chat_template");
+    cJSON_AddNumberToObject(req, "temperature", 0);
+    char *body = cJSON_PrintUnformatted(req);
+    cJSON *j = post_ok(port, "/v1/chat/completions", body);
+    char *t = cJSON_PrintUnformatted(j);
+    printf("---- kvant serve, non-streamed ----\n%s\n", t);
+    free(t);
+    assert_true(cJSON_IsNull(at(j, "choices.0.message.content")));
+    assert_string_equal(str_at(j, "choices.0.message.tool_calls.0.function.name"), "get_weather");
+    assert_string_equal(str_at(j, "choices.0.message.tool_calls.0.function.arguments"), "{\"city\":\"Paris\"}");
+    assert_int_equal(strlen(str_at(j, "choices.0.message.tool_calls.0.id")), 9); /* Mistral's ids: 9 letters and digits */
+    assert_string_equal(str_at(j, "choices.0.finish_reason"), "tool_calls");
+    assert_int_equal((int)at(j, "usage.completion_tokens")->valuedouble, 2); /* [TOOL_CALLS], the call (EOS not counted) */
+    cJSON_Delete(j);
+    free(body);
+    /* streamed */
+    cJSON_AddBoolToObject(req, "stream", true);
+    body = cJSON_PrintUnformatted(req);
+    buf sb;
+    assert_int_equal(http_post(port, "/v1/chat/completions", body, &sb), 200);
+    printf("---- kvant serve, streamed ----\n%s", sb.p);
+    sreq fake_r = {.out = sb.p, .out_len = sb.n};
+    sse o;
+    acc ac;
+    sse_read(&fake_r, &o);
+    accumulate(&o, 0, &ac);
+    assert_int_equal(ac.content_deltas, 0);
+    assert_int_equal(ac.n_calls, 1);
+    assert_string_equal(ac.name[0], "get_weather");
+    assert_string_equal(ac.args[0], "{\"city\":\"Paris\"}");
+    assert_string_equal(ac.finish, "tool_calls");
+    sse_free(&o);
+    free(sb.p);
+    free(body);
+    /* tool_choice none: the same tokens, read as content ("[TOOL_CALLS]" is a control token: silent) */
+    cJSON_DeleteItemFromObject(req, "stream");
+    cJSON_AddStringToObject(req, "tool_choice", "none");
+    body = cJSON_PrintUnformatted(req);
+    j = post_ok(port, "/v1/chat/completions", body);
+    assert_string_equal(str_at(j, "choices.0.message.content"), E2E_CALL);
+    assert_null(at(j, "choices.0.message.tool_calls"));
+    assert_string_equal(str_at(j, "choices.0.finish_reason"), "stop");
+    cJSON_Delete(j);
+    free(body);
+    cJSON_Delete(req);
+    assert_int_equal(stop_server(&g_e2e), 0);
+}
+
 static int setup(void **state) {
     (void)state;
     kvant_status st;
@@ -788,6 +1014,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
     (void)state;
     kvant_model_free(g_model);
+    stop_server(&g_e2e);
     const int st = stop_server(&g_srv);
     curl_global_cleanup();
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
@@ -802,6 +1029,7 @@ int main(void) {
         cmocka_unit_test(test_control_tokens_silent),
         cmocka_unit_test(test_requests_with_tools),
         cmocka_unit_test(test_tool_refusals),
+        cmocka_unit_test(test_end_to_end_call),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,12 +1,17 @@
 // test_openai.mjs - kvant serve driven by the unmodified `openai` npm package.
-// usage: node test_openai.mjs KVANT_BINARY MODEL.gguf
+// usage: node test_openai.mjs KVANT_BINARY MODEL.gguf TMP_DIR
+// (TMP_DIR: where test_server_tools wrote tool_call_stream.sse and tools_e2e.json)
 // Starts `kvant serve --port 0 --api-key ...`, reads the port from its log,
 // then checks models, completions and chat (plain and streaming), n > 1,
 // the request fields (logit_bias, stop arrays, penalties, echo, best_of),
-// embeddings (base64, which the client asks for by default, decoded) and
+// embeddings (base64, which the client asks for by default, decoded), tools
+// (calls and results accepted; a real tool call from a model made to answer
+// one, through create, the stream helper and the tool runner) and
 // the client's typed errors (404 model, 401 key, 400 bad value, 400 naming
 // a field kvant does not support yet or does not know).
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 import assert from 'node:assert/strict';
 
 let OpenAI;
@@ -17,9 +22,9 @@ try {
   process.exit(1);
 }
 
-const [kvant, model] = process.argv.slice(2);
-if (!kvant || !model) {
-  console.error('usage: node test_openai.mjs KVANT_BINARY MODEL.gguf');
+const [kvant, model, tmp] = process.argv.slice(2);
+if (!kvant || !model || !tmp) {
+  console.error('usage: node test_openai.mjs KVANT_BINARY MODEL.gguf TMP_DIR');
   process.exit(2);
 }
 const KEY = 'node-test-key';
@@ -196,17 +201,6 @@ await check('response_format json_object -> BadRequestError 400 naming response_
                               e.param === 'response_format' && /not supported yet/.test(e.message));
 });
 
-await check('tool_choice required -> BadRequestError naming tool_choice (until structured outputs)', async () => {
-  const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }];
-  await assert.rejects(client.chat.completions.create({ model: id, messages: [{ role: 'user', content: 'x' }], tools,
-                                                        tool_choice: 'required' }),
-                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice' &&
-                              /structured outputs/.test(e.message));
-  await assert.rejects(client.chat.completions.create({ model: id, messages: [{ role: 'user', content: 'x' }],
-                                                        tools: [{ type: 'function', function: { name: 'get weather' } }] }),
-                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools');
-});
-
 await check('unknown field -> BadRequestError 400 naming it', async () => {
   await assert.rejects(client.completions.create({ model: id, prompt: 'hi', max_tokens: 2, mirostat: 2 }),
                        (e) => e instanceof OpenAI.BadRequestError && e.param === 'mirostat' &&
@@ -242,6 +236,168 @@ await check('embeddings: dimensions other than the model\'s -> BadRequestError n
   await assert.rejects(client.embeddings.create({ model: id, input: '' }),
                        (e) => e instanceof OpenAI.BadRequestError && e.param === 'input');
 });
+
+// ---- tools ----------------------------------------------------------------------
+const TOOLS = [{ type: 'function', function: { name: 'get_weather', description: 'The weather in a city',
+  parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+// a question, the model's call (content null, arguments a JSON text) and its result, as the client sends them
+const HISTORY = [
+  { role: 'user', content: 'Weather in Paris?' },
+  { role: 'assistant', content: null, tool_calls: [{ id: 'call_abc123', type: 'function',
+    function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+  { role: 'tool', tool_call_id: 'call_abc123', content: '22 degrees, clear' }];
+
+await check('chat with tools, a call and its result (stories260K writes no call: a message)', async () => {
+  const r = await client.chat.completions.create({ model: id, messages: HISTORY, tools: TOOLS, max_tokens: 8,
+                                                   temperature: 0, parallel_tool_calls: true });
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(typeof r.choices[0].message.content, 'string');
+  assert.equal(r.choices[0].message.tool_calls, undefined);
+  assert.equal(r.choices[0].finish_reason, 'length');
+  const plain = await client.chat.completions.create({ model: id, messages: [HISTORY[0]], max_tokens: 1 });
+  assert.ok(r.usage.prompt_tokens > plain.usage.prompt_tokens + 50); // the tools, the call and the result are in it
+});
+
+await check('chat with tools streamed', async () => {
+  const stream = await client.chat.completions.create({ model: id, messages: HISTORY, tools: TOOLS, max_tokens: 8,
+                                                        tool_choice: 'auto', stream: true });
+  let finish = null, chunks = 0;
+  for await (const c of stream) {
+    chunks++;
+    for (const ch of c.choices) if (ch.finish_reason) finish = ch.finish_reason;
+  }
+  assert.ok(chunks > 1);
+  assert.ok(['length', 'stop'].includes(finish));
+});
+
+await check('tool_choice required -> BadRequestError naming tool_choice (until structured outputs)', async () => {
+  await assert.rejects(client.chat.completions.create({ model: id, messages: [HISTORY[0]], tools: TOOLS,
+                                                        tool_choice: 'required' }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice' &&
+                              /structured outputs/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: id, messages: [HISTORY[0]], tools: TOOLS,
+                                                        tool_choice: { type: 'function', function: { name: 'get_weather' } } }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
+  await assert.rejects(client.chat.completions.create({ model: id, messages: [HISTORY[0]],
+                                                        tools: [{ type: 'function', function: { name: 'get weather' } }] }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools' &&
+                              /tools\[0\]\.function\.name/.test(e.message));
+});
+
+// The transcript test_server_tools.c made with the server's own render code
+// (a reply "Let me check." + a <tool_call> block, streamed): served as is to
+// the client's stream helper, which must assemble the content and the call.
+await check('the client\'s stream helper assembles the server\'s tool-call deltas (test_server_tools transcript)', async () => {
+  const sse = readFileSync(`${tmp}/tool_call_stream.sse`);
+  const fake = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => { res.writeHead(200, { 'Content-Type': 'text/event-stream' }); res.end(sse); });
+  });
+  await new Promise((r) => fake.listen(0, '127.0.0.1', r));
+  try {
+    const c = new OpenAI({ baseURL: `http://127.0.0.1:${fake.address().port}/v1`, apiKey: 'x', maxRetries: 0 });
+    const done = [];
+    const stream = c.beta.chat.completions.stream({ model: 'stories260K', messages: [HISTORY[0]], tools: TOOLS });
+    stream.on('tool_calls.function.arguments.done', (e) => done.push(e));
+    const final = await stream.finalChatCompletion();
+    const m = final.choices[0].message;
+    assert.equal(m.content, 'Let me check.');
+    assert.equal(m.tool_calls.length, 1);
+    assert.match(m.tool_calls[0].id, /^call_[A-Za-z0-9]{9}$/);
+    assert.equal(m.tool_calls[0].type, 'function');
+    assert.equal(m.tool_calls[0].function.name, 'get_weather');
+    assert.deepEqual(JSON.parse(m.tool_calls[0].function.arguments), { city: 'Paris' });
+    assert.equal(final.choices[0].finish_reason, 'tool_calls');
+    assert.equal(done.length, 1);
+    assert.equal(done[0].name, 'get_weather');
+  } finally {
+    fake.close();
+  }
+});
+
+// A real call from kvant serve: test_server_tools.c wrote a copy of
+// stories260K whose vocabulary names the tokens it answers this request with
+// ([TOOL_CALLS] as a control token, the call, EOS); tools_e2e.json is the request.
+const e2e = JSON.parse(readFileSync(`${tmp}/tools_e2e.json`, 'utf8'));
+const srv2 = spawn(kvant, ['serve', '-m', e2e.model_path, '--chat-template', e2e.chat_template, '--port', '0', '-t', '1',
+                          '-q'], { stdio: ['ignore', 'ignore', 'pipe'] });
+let log2 = '';
+const port2 = await new Promise((resolve, reject) => {
+  const timer = setTimeout(() => reject(new Error('tool server did not start:\n' + log2)), 60000);
+  srv2.stderr.on('data', (d) => {
+    log2 += d;
+    const m = log2.match(/http:\/\/127\.0\.0\.1:(\d+)/);
+    if (m) { clearTimeout(timer); resolve(Number(m[1])); }
+  });
+});
+const exited2 = new Promise((resolve) => srv2.on('exit', (code) => resolve(code)));
+const tc = new OpenAI({ baseURL: `http://127.0.0.1:${port2}/v1`, apiKey: 'none', maxRetries: 0 });
+const e2eReq = { model: 'tools_e2e', messages: e2e.messages, tools: e2e.tools, logit_bias: e2e.logit_bias, temperature: 0 };
+
+await check('a real tool call: chat.completions.create, then the result sent back', async () => {
+  const r = await tc.chat.completions.create(e2eReq);
+  const m = r.choices[0].message;
+  assert.equal(r.choices[0].finish_reason, 'tool_calls');
+  assert.equal(m.content, null);
+  assert.equal(m.tool_calls.length, 1);
+  assert.match(m.tool_calls[0].id, /^[A-Za-z0-9]{9}$/); // Mistral's ids
+  assert.equal(m.tool_calls[0].function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(m.tool_calls[0].function.arguments), { city: 'Paris' });
+  // the conversation goes on: the assistant's message as returned, the tool's answer
+  const next = await tc.chat.completions.create({ ...e2eReq, max_tokens: 4, messages: [...e2e.messages, m,
+    { role: 'tool', tool_call_id: m.tool_calls[0].id, content: '{"temperature": 22}' }] });
+  assert.equal(next.choices[0].message.role, 'assistant');
+  assert.ok(next.usage.prompt_tokens > r.usage.prompt_tokens);
+});
+
+await check('a real tool call streamed: the client\'s stream helper and its events', async () => {
+  const events = [];
+  const stream = tc.beta.chat.completions.stream(e2eReq);
+  stream.on('tool_calls.function.arguments.done', (e) => events.push(e));
+  const final = await stream.finalChatCompletion();
+  const m = final.choices[0].message;
+  assert.equal(final.choices[0].finish_reason, 'tool_calls');
+  assert.equal(m.tool_calls.length, 1);
+  assert.equal(m.tool_calls[0].function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(m.tool_calls[0].function.arguments), { city: 'Paris' });
+  assert.equal(events.length, 1);
+  assert.deepEqual(JSON.parse(events[0].arguments), { city: 'Paris' });
+  // and chunk by chunk as a plain stream
+  let calls = [], finish = null;
+  for await (const c of await tc.chat.completions.create({ ...e2eReq, stream: true })) {
+    for (const ch of c.choices) {
+      assert.equal(ch.delta.content ?? null, null);
+      for (const d of ch.delta.tool_calls ?? []) {
+        calls[d.index] ??= { name: '', arguments: '' };
+        if (d.function?.name) calls[d.index].name = d.function.name;
+        calls[d.index].arguments += d.function?.arguments ?? '';
+      }
+      if (ch.finish_reason) finish = ch.finish_reason;
+    }
+  }
+  assert.deepEqual(calls, [{ name: 'get_weather', arguments: '{"city":"Paris"}' }]);
+  assert.equal(finish, 'tool_calls');
+});
+
+await check('a real tool call through the client\'s tool runner (runTools calls the function)', async () => {
+  const seen = [];
+  const runner = tc.beta.chat.completions.runTools({ ...e2eReq, max_tokens: 6, stream: true,
+    tools: [{ type: 'function', function: { name: 'get_weather', description: e2e.tools[0].function.description,
+      parameters: e2e.tools[0].function.parameters, parse: JSON.parse,
+      function: (args) => { seen.push(args); return { temperature: 22 }; } } }] },
+    { maxChatCompletions: 2 }); // this model calls again after every result: two rounds
+  await runner.done();
+  assert.equal(seen.length, 2);
+  assert.deepEqual(seen[0], { city: 'Paris' });
+  const toolMsg = runner.messages.find((x) => x.role === 'tool');
+  assert.equal(toolMsg.content, '{"temperature":22}');
+});
+
+srv2.kill('SIGTERM');
+if ((await exited2) !== 0) {
+  failed++;
+  console.log(`FAIL tool server exit\n${log2}`);
+}
 
 srv.kill('SIGTERM');
 const { code, sig } = await exited;
