@@ -565,6 +565,7 @@ static void logprobs_of(float *x, int V, int n, int32_t token, sched_event *e) {
         }
         e->top_tokens[j] = i;
     }
+    while (cnt > 0 && x[e->top_tokens[cnt - 1]] == -INFINITY) cnt--; /* masked (a grammar's): no alternative */
     e->n_top = cnt;
     for (int k = 0; k < e->n_top; k++) e->top_logprobs[k] = x[e->top_tokens[k]];
     const float lt = x[token];
