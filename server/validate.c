@@ -9,9 +9,10 @@
  * OpenAI does: "Unrecognized request argument"), so a typo or a sampler
  * kvant lacks shows up at once; annotations that change nothing (user,
  * metadata, store, service_tier, ...) are accepted, type-checked and
- * ignored.  The fields of structured output, and the tool choices that need
- * it, are refused in ONE place below, "NOT SUPPORTED YET", which the grammar
- * integration replaces. */
+ * ignored.  Structured outputs (response_format, grammar, json_schema) are
+ * compiled here, in the request's thread (parse_structured); the tool
+ * choices that need them are refused in ONE place below, "NOT SUPPORTED
+ * YET". */
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -65,6 +66,7 @@ void srv_parsed_free(parsed *p) {
     free(p->tok);
     free(p->echo_text);
     free(p->bias);
+    kvant_grammar_free(p->req.grammar); /* the engine keeps its own reference once submitted */
     for (int i = 0; i < p->n_stops; i++) free(p->stops[i]);
     for (int i = 0; i < p->n_inputs; i++) free(p->in_tok[i]);
     free(p->in_tok);
@@ -93,8 +95,10 @@ static const struct {
     {"logprobs", CH}, {"top_logprobs", H}, {"echo", C}, {"suffix", C},
     /* tools (parse_messages; tool_choice "required" / a named function: NOT SUPPORTED YET) */
     {"tools", H}, {"tool_choice", H},
-    /* refused while unsupported (see "NOT SUPPORTED YET" below, and refuse_unsupported) */
-    {"response_format", CH}, {"grammar", CH}, {"json_schema", CH}, {"functions", H}, {"function_call", H},
+    /* structured outputs (parse_structured) */
+    {"response_format", CH}, {"grammar", CH}, {"json_schema", CH},
+    /* refused (refuse_unsupported) */
+    {"functions", H}, {"function_call", H},
     {"modalities", H}, {"audio", H}, {"reasoning_effort", H}, {"web_search_options", H},
     /* annotations and hints that change nothing: accepted, checked, ignored */
     {"user", CH}, {"metadata", CH}, {"store", CH}, {"service_tier", CH}, {"parallel_tool_calls", H},
@@ -125,15 +129,10 @@ static bool check_known_fields(cJSON *j, bool chat, verr *v) {
     return true;
 }
 
-/* ==== NOT SUPPORTED YET: structured output ========================================
- * Constrained decoding (grammar/) is not wired into the engine yet, so every
- * field that asks for it is refused here, by name, with a 400 - never
- * ignored, since ignoring it would hand back unconstrained text as if it
- * were JSON or a tool call.  The grammar integration replaces this block
- * with the real parsing.
- *   response_format  allowed only as {"type": "text"} (the default)
- *   grammar          llama.cpp's GBNF string
- *   json_schema      llama.cpp's top-level schema
+/* ==== NOT SUPPORTED YET: tool choices that need structured outputs ===========
+ * Each is refused here, by name, with a 400 - never ignored, since ignoring
+ * it would hand back a reply that need not be a call as if it were one.
+ * (response_format, grammar and json_schema are honoured: parse_structured.)
  *   tool_choice      "required" and {"type": "function", "function": {"name"}}:
  *                    the model must call a tool (that one), which only
  *                    decoding constrained to the family's call format can
@@ -146,16 +145,6 @@ static bool check_known_fields(cJSON *j, bool chat, verr *v) {
  * to write (render.c). */
 static bool refuse_structured(cJSON *j, bool chat, verr *v) {
     cJSON *f;
-    if ((f = field(j, "response_format"))) {
-        cJSON *t = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL;
-        if (!cJSON_IsString(t))
-            return bad(v, "response_format", "'response_format' must be an object with a string 'type'");
-        if (strcmp(t->valuestring, "text") || cJSON_GetArraySize(f) != 1)
-            return bad(v, "response_format", "response_format is not supported yet (only {\"type\": \"text\"}; "
-                       "got type '%.32s')", t->valuestring);
-    }
-    if (field(j, "grammar")) return bad(v, "grammar", "grammar is not supported yet");
-    if (field(j, "json_schema")) return bad(v, "json_schema", "json_schema is not supported yet");
     if (!chat) return true;
     if ((f = field(j, "tool_choice"))) {
         if (cJSON_IsString(f) && !strcmp(f->valuestring, "required"))
@@ -183,6 +172,111 @@ static bool refuse_structured(cJSON *j, bool chat, verr *v) {
     return true;
 }
 /* ==== end of NOT SUPPORTED YET ================================================== */
+
+/* ---- structured outputs: response_format, grammar, json_schema -------------------
+ *   response_format  {"type": "text"} (nothing to constrain), {"type":
+ *                    "json_object"} (any JSON object), {"type": "json_schema",
+ *                    "json_schema": {"name" (required, [a-zA-Z0-9_-]{1,64},
+ *                    as OpenAI), "description"?, "schema"? (an object; absent:
+ *                    any JSON value), "strict"? (a boolean, accepted: kvant
+ *                    always holds the reply to the schema)}}
+ *   grammar          llama.cpp's: a GBNF string (rule "root")
+ *   json_schema      llama.cpp's: a schema object at the top level
+ * At most one of them asks for a constraint (a 400 names the second, in
+ * the body's order).  The grammar is compiled here, in the request's
+ * thread (~0.3 ms for a schema; the model's first builds its vocabulary for
+ * the grammar engine once), and handed to the request (p->req.grammar; the
+ * engine takes its own reference at submission, srv_parsed_free drops this
+ * one).  One kvant cannot compile is a 400 naming the field, with the
+ * compiler's message (the JSON Schema keyword and its place). */
+static bool check_schema_name(cJSON *js, verr *v) {
+    cJSON *f;
+    cJSON_ArrayForEach(f, js) if (strcmp(f->string, "name") && strcmp(f->string, "description") &&
+                                  strcmp(f->string, "schema") && strcmp(f->string, "strict"))
+        return bad(v, "response_format", "response_format.json_schema: unrecognized field '%.64s' (it takes name, "
+                   "description, schema, strict)", f->string);
+    cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
+    if (!cJSON_IsString(name))
+        return bad(v, "response_format", "response_format.json_schema.name is required (a string)");
+    size_t len = 0;
+    for (const char *c = name->valuestring; *c; c++, len++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
+              *c == '-'))
+            len = 100;
+    if (!len || len > 64)
+        return bad(v, "response_format", "response_format.json_schema.name '%.80s' must be 1 to 64 of a-z, A-Z, 0-9, "
+                   "_ and -", name->valuestring);
+    if ((f = field(js, "description")) && !cJSON_IsString(f))
+        return bad(v, "response_format", "response_format.json_schema.description must be a string");
+    if ((f = field(js, "strict")) && !cJSON_IsBool(f))
+        return bad(v, "response_format", "response_format.json_schema.strict must be a boolean");
+    if ((f = field(js, "schema")) && !cJSON_IsObject(f))
+        return bad(v, "response_format", "response_format.json_schema.schema must be an object (a JSON Schema)");
+    return true;
+}
+
+static bool parse_structured(srv *s, cJSON *j, parsed *p, verr *v) {
+    const char *param = NULL, *where = NULL; /* the field that asks, and the place of its text, for messages */
+    kvant_grammar_kind kind = KVANT_GRAMMAR_JSON_OBJECT;
+    cJSON *src = NULL; /* the schema object or the GBNF string */
+    cJSON *f;
+    cJSON_ArrayForEach(f, j) {
+        const char *k = f->string, *w = k;
+        kvant_grammar_kind kk;
+        cJSON *sv = NULL;
+        if (cJSON_IsNull(f)) continue;
+        if (!strcmp(k, "response_format")) {
+            cJSON *t = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL;
+            if (!cJSON_IsString(t))
+                return bad(v, k, "'response_format' must be an object with a string 'type' (text, json_object or "
+                           "json_schema)");
+            const char *type = t->valuestring;
+            const bool is_schema = !strcmp(type, "json_schema");
+            if (strcmp(type, "text") && strcmp(type, "json_object") && !is_schema)
+                return bad(v, k, "response_format type '%.32s' is none of text, json_object, json_schema", type);
+            cJSON *e;
+            cJSON_ArrayForEach(e, f) if (strcmp(e->string, "type") && !(is_schema && !strcmp(e->string, "json_schema")))
+                return bad(v, k, "response_format of type %s: unrecognized field '%.64s'", type, e->string);
+            if (!strcmp(type, "text")) continue;
+            kk = KVANT_GRAMMAR_JSON_OBJECT;
+            if (is_schema) {
+                cJSON *js = cJSON_GetObjectItemCaseSensitive(f, "json_schema");
+                if (!cJSON_IsObject(js))
+                    return bad(v, k, "response_format of type json_schema needs a 'json_schema' object ({\"name\", "
+                               "\"schema\"})");
+                if (!check_schema_name(js, v)) return false;
+                kk = KVANT_GRAMMAR_JSON_SCHEMA, sv = field(js, "schema"), w = "response_format.json_schema.schema";
+            }
+        } else if (!strcmp(k, "grammar")) {
+            if (!cJSON_IsString(f)) return bad(v, k, "'grammar' must be a string (GBNF, as llama.cpp takes it)");
+            kk = KVANT_GRAMMAR_GBNF, sv = f;
+        } else if (!strcmp(k, "json_schema")) {
+            if (!cJSON_IsObject(f)) return bad(v, k, "'json_schema' must be an object (a JSON Schema)");
+            kk = KVANT_GRAMMAR_JSON_SCHEMA, sv = f;
+        } else {
+            continue;
+        }
+        if (param)
+            return bad(v, k, "'%s' and '%s' both constrain the output; give one of response_format, grammar and "
+                       "json_schema", param, k);
+        param = k, where = w, kind = kk, src = sv;
+    }
+    if (!param) return true;
+    char *text = kind == KVANT_GRAMMAR_JSON_SCHEMA && src ? cJSON_PrintUnformatted(src) : NULL;
+    if (kind == KVANT_GRAMMAR_JSON_SCHEMA && src && !text) {
+        v->status = 500;
+        return bad(v, NULL, "out of memory");
+    }
+    const char *t = kind == KVANT_GRAMMAR_GBNF ? src->valuestring : text;
+    kvant_status st;
+    p->req.grammar = kvant_grammar_new(s->m, kind, t, t ? strlen(t) : 0, &st);
+    cJSON_free(text);
+    if (p->req.grammar) return true;
+    if (st.code == KVANT_ERR_NOMEM) v->status = 500;
+    v->code = st.code == KVANT_ERR_UNSUPPORTED ? "unsupported_schema" : kind == KVANT_GRAMMAR_GBNF ? "invalid_grammar"
+                                                                                                : "invalid_schema";
+    return bad(v, param, "%s: %s", where, st.msg);
+}
 
 /* Fields that exist but whose feature kvant lacks (not the grammar's). */
 static bool refuse_unsupported(cJSON *j, bool chat, verr *v) {
@@ -391,7 +485,7 @@ static bool parse_common(srv *s, cJSON *j, bool chat, parsed *p, verr *v) {
     if (!parse_stop(j, p, v)) return false;
     cJSON *model = field(j, "model");
     if (model && !cJSON_IsString(model)) return bad(v, "model", "'model' must be a string");
-    return true;
+    return parse_structured(s, j, p, v); /* last: the cheap checks first */
 }
 
 static bool parse_prompt(srv *s, cJSON *j, parsed *p, verr *v) {

@@ -576,13 +576,16 @@ static void test_field_rules(void **state) {
     static const struct {
         const char *path, *body, *param;
     } refused[] = {
+        /* structured outputs (test_structured has the rest) */
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-                                 "\"response_format\":{\"type\":\"json_object\"}}", "response_format"},
+                                 "\"response_format\":{\"type\":\"xml\"}}", "response_format"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":"
-                                 "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"a\",\"schema\":{}}}}",
-         "response_format"},
-        {"/v1/completions", "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\"}", "grammar"},
-        {"/v1/completions", "{\"prompt\":\"x\",\"json_schema\":{\"type\":\"object\"}}", "json_schema"},
+                                 "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{}}}}", "response_format"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":"
+                                 "{\"type\":\"json_object\",\"schema\":{}}}", "response_format"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"grammar\":\"root ::= a\"}", "grammar"},   /* a undefined */
+        {"/v1/completions", "{\"prompt\":\"x\",\"grammar\":7}", "grammar"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"json_schema\":\"object\"}", "json_schema"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
                                  "\"function\",\"function\":{\"name\":\"get weather\"}}]}", "tools"}, /* a space */
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}",
@@ -646,12 +649,6 @@ static void test_field_rules(void **state) {
         cJSON_Delete(j);
         free(b.p);
     }
-    /* "not supported yet" for what the grammar integration will bring */
-    buf b;
-    http(g_srv.port, "POST", "/v1/chat/completions",
-         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", KEY, &b);
-    assert_non_null(strstr(b.p, "response_format is not supported yet"));
-    free(b.p);
     /* accepted: annotations, the defaults spelled out, no-op tool fields, extensions */
     const char *ok[][2] = {
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":null}],\"max_tokens\":2,"
@@ -664,6 +661,186 @@ static void test_field_rules(void **state) {
                             "\"ignore_eos\":true,\"top_p\":0,\"metadata\":{}}"},
     };
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) cJSON_Delete(post_ok(ok[i][0], ok[i][1]));
+}
+
+/* ---- structured outputs ------------------------------------------------------------
+ * The schema test_structured asks for, and a check of it by hand (cJSON):
+ * name ^[a-z]{1,8}$ and kind required, age an integer in [0, 20], tags up
+ * to 3 booleans, nothing else. */
+#define PET_SCHEMA                                                                                                     \
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"pattern\":\"^[a-z]{1,8}$\"},"                   \
+    "\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":20},\"kind\":{\"enum\":[\"cat\",\"dog\"]},"                \
+    "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"boolean\"},\"maxItems\":3}},\"required\":[\"name\",\"kind\"]}"
+
+static bool pet_valid(const char *text) {
+    cJSON *j = cJSON_Parse(text);
+    bool ok = cJSON_IsObject(j);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name"), *age = cJSON_GetObjectItemCaseSensitive(j, "age"),
+                *kind = cJSON_GetObjectItemCaseSensitive(j, "kind"), *tags = cJSON_GetObjectItemCaseSensitive(j, "tags");
+    ok = ok && cJSON_IsString(name) && strlen(name->valuestring) >= 1 && strlen(name->valuestring) <= 8;
+    for (const char *c = ok ? name->valuestring : ""; *c; c++) ok = ok && *c >= 'a' && *c <= 'z';
+    ok = ok && cJSON_IsString(kind) && (!strcmp(kind->valuestring, "cat") || !strcmp(kind->valuestring, "dog"));
+    if (ok && age)
+        ok = cJSON_IsNumber(age) && age->valuedouble >= 0 && age->valuedouble <= 20 &&
+             age->valuedouble == (double)(int)age->valuedouble;
+    if (ok && tags) {
+        ok = cJSON_IsArray(tags) && cJSON_GetArraySize(tags) <= 3;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, tags) ok = ok && cJSON_IsBool(e);
+    }
+    for (const cJSON *k = ok ? j->child : NULL; k; k = k->next)
+        ok = ok && (!strcmp(k->string, "name") || !strcmp(k->string, "age") || !strcmp(k->string, "kind") ||
+                    !strcmp(k->string, "tags"));
+    cJSON_Delete(j);
+    return ok;
+}
+
+/* every choice of a response: its text (chat: message.content) and finish_reason */
+static int choices_of(cJSON *j, bool chat, const char **text, const char **fin, int cap) {
+    int n = 0;
+    cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "choices")) {
+        assert_true(n < cap);
+        text[n] = jstr(c, chat ? "message.content" : "text");
+        fin[n] = jstr(c, "finish_reason");
+        assert_non_null(text[n]);
+        assert_non_null(fin[n]);
+        n++;
+    }
+    return n;
+}
+
+static void test_structured(void **state) {
+    (void)state;
+    const char *text[16], *fin[16];
+    /* response_format json_object: stories260K writes stories into the strings,
+     * so '"' (436, 313 after a space) and '}' (128) are favoured to end them */
+    cJSON *j = post_ok("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me\"}],"
+                                               "\"response_format\":{\"type\":\"json_object\"},\"max_tokens\":400,\"n\":8,"
+                                               "\"seed\":1,\"logit_bias\":{\"436\":8,\"313\":8,\"128\":8}}");
+    int n = choices_of(j, true, text, fin, 16), stopped = 0;
+    assert_int_equal(n, 8);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(fin[i], "stop")) continue; /* "length": the JSON is cut short, as OpenAI's */
+        stopped++;
+        cJSON *o = cJSON_Parse(text[i]);
+        if (!cJSON_IsObject(o)) fail_msg("json_object gave '%s'", text[i]);
+        cJSON_Delete(o);
+    }
+    print_message("json_object: %d of 8 ended by the grammar, each a JSON object\n", stopped);
+    assert_true(stopped >= 1);
+    cJSON_Delete(j);
+    /* response_format json_schema (chat) and llama.cpp's json_schema (completions), n 8 at temperature 1 */
+    static const char *const schema_bodies[][2] = {
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"A pet\"}],\"n\":8,\"seed\":2,"
+                                 "\"max_tokens\":200,\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+                                 "{\"name\":\"pet\",\"strict\":true,\"schema\":" PET_SCHEMA "}}}"},
+        {"/v1/completions", "{\"prompt\":\"A pet\",\"n\":8,\"seed\":3,\"max_tokens\":200,\"json_schema\":" PET_SCHEMA "}"},
+        /* best_of: the 2 best of 4, each held to the schema */
+        {"/v1/completions", "{\"prompt\":\"A pet\",\"n\":2,\"best_of\":4,\"seed\":4,\"max_tokens\":200,"
+                            "\"json_schema\":" PET_SCHEMA "}"},
+    };
+    for (size_t b = 0; b < sizeof schema_bodies / sizeof *schema_bodies; b++) {
+        const bool chat = strstr(schema_bodies[b][0], "chat") != NULL;
+        j = post_ok(schema_bodies[b][0], schema_bodies[b][1]);
+        n = choices_of(j, chat, text, fin, 16);
+        assert_int_equal(n, b == 2 ? 2 : 8);
+        for (int i = 0; i < n; i++) {
+            if (strcmp(fin[i], "stop") || !pet_valid(text[i]))
+                fail_msg("request %zu choice %d: %s '%s'", b, i, fin[i], text[i]);
+        }
+        if (b == 0) print_message("json_schema: %s\n", text[0]);
+        cJSON_Delete(j);
+    }
+    /* streamed, n 2: each choice's deltas add up to a valid reply ending in "stop" */
+    buf sb;
+    assert_int_equal(http(g_srv.port, "POST", "/v1/chat/completions",
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"A pet\"}],\"n\":2,\"seed\":5,"
+                          "\"stream\":true,\"max_tokens\":200,\"response_format\":{\"type\":\"json_schema\","
+                          "\"json_schema\":{\"name\":\"pet\",\"schema\":" PET_SCHEMA "}}}", KEY, &sb),
+                     200);
+    for (int i = 0; i < 2; i++) {
+        const char *f = NULL;
+        char *t = sse_text(sb.p, i, "delta.content", &f, NULL);
+        if (!f || strcmp(f, "stop") || !pet_valid(t)) fail_msg("streamed choice %d: %s '%s'", i, f ? f : "-", t);
+        free(t);
+    }
+    free(sb.p);
+    /* logprobs under a grammar: of the tokens it allows; one it forbids is no alternative */
+    j = post_ok("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"A pet\"}],\"seed\":7,"
+                                        "\"logprobs\":true,\"top_logprobs\":4,\"max_tokens\":200,\"json_schema\":" PET_SCHEMA "}");
+    cJSON *lps = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0),
+                                                         "logprobs"), "content"), *tk;
+    int n_lp = 0, n_forced = 0;
+    cJSON_ArrayForEach(tk, lps) {
+        cJSON *top = cJSON_GetObjectItem(tk, "top_logprobs"), *alt;
+        assert_true(cJSON_IsNumber(cJSON_GetObjectItem(tk, "logprob")));
+        assert_true(cJSON_GetArraySize(top) >= 1 && cJSON_GetArraySize(top) <= 4);
+        n_forced += cJSON_GetArraySize(top) == 1;
+        cJSON_ArrayForEach(alt, top) assert_true(cJSON_IsNumber(cJSON_GetObjectItem(alt, "logprob")));
+        n_lp++;
+    }
+    assert_true(n_lp > 0 && n_forced > 0); /* '{' first: the grammar's only choice */
+    cJSON_Delete(j);
+    /* max_tokens before the grammar ends: "length", the JSON cut short (as OpenAI's) */
+    j = post_ok("/v1/completions", "{\"prompt\":\"A pet\",\"max_tokens\":3,\"seed\":6,\"json_schema\":" PET_SCHEMA "}");
+    assert_string_equal(jstr(j, "choices.0.finish_reason"), "length");
+    assert_false(pet_valid(jstr(j, "choices.0.text")));
+    cJSON_Delete(j);
+    /* grammar (GBNF): exactly yes or no, ended by the grammar; chat and completions */
+    static const char *const yn[][2] = {
+        {"/v1/completions", "{\"prompt\":\"Is it\",\"n\":6,\"seed\":8,\"grammar\":\"root ::= \\\"yes\\\" | \\\"no\\\"\"}"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"Is it?\"}],\"n\":3,\"seed\":9,"
+                                 "\"grammar\":\"root ::= \\\"yes\\\" | \\\"no\\\"\"}"},
+    };
+    int n_yes = 0, n_no = 0;
+    for (size_t b = 0; b < 2; b++) {
+        j = post_ok(yn[b][0], yn[b][1]);
+        n = choices_of(j, b == 1, text, fin, 16);
+        assert_int_equal(n, b ? 3 : 6);
+        for (int i = 0; i < n; i++) {
+            if (strcmp(text[i], "yes") && strcmp(text[i], "no")) fail_msg("grammar yes|no gave '%s'", text[i]);
+            assert_string_equal(fin[i], "stop");
+            n_yes += !strcmp(text[i], "yes"), n_no += !strcmp(text[i], "no");
+        }
+        cJSON_Delete(j);
+    }
+    print_message("grammar yes | no: %d yes, %d no\n", n_yes, n_no);
+    /* refusals: a keyword kvant cannot compile (named, with its place), two constraints at once */
+    static const struct {
+        const char *path, *body, *param, *code, *msg;
+    } refused[] = {
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
+                                 "\"json_schema\",\"json_schema\":{\"name\":\"m\",\"schema\":{\"type\":\"object\","
+                                 "\"properties\":{\"a\":{\"type\":\"object\",\"patternProperties\":{\"^x\":{}}}}}}}}",
+         "response_format", "unsupported_schema", "at /properties/a: unsupported JSON Schema keyword 'patternProperties'"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"json_schema\":{\"type\":\"string\",\"format\":\"email\"}}", "json_schema",
+         "unsupported_schema", "format 'email'"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"json_schema\":{\"type\":\"object\"},\"grammar\":\"root ::= \\\"a\\\"\"}",
+         "grammar", NULL, "'json_schema' and 'grammar' both constrain the output"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":"
+                                 "\"json_object\"},\"json_schema\":{}}", "json_schema", NULL,
+         "'response_format' and 'json_schema' both"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\",\"json_schema\":null}", "grammar",
+         "invalid_grammar", "GBNF line 1"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        buf b;
+        const long code = http(g_srv.port, "POST", refused[i].path, refused[i].body, KEY, &b);
+        cJSON *e = cJSON_Parse(b.p);
+        const char *param = e ? jstr(e, "error.param") : NULL, *msg = e ? jstr(e, "error.message") : NULL,
+                   *c = e ? jstr(e, "error.code") : NULL;
+        if (code != 400 || !param || strcmp(param, refused[i].param) || !msg || !strstr(msg, refused[i].msg) ||
+            (refused[i].code && (!c || strcmp(c, refused[i].code))))
+            fail_msg("structured refusal %zu: %s -> %ld %s", i, refused[i].body, code, b.p);
+        cJSON_Delete(e);
+        free(b.p);
+    }
+    /* text is no constraint: beside a grammar it is fine */
+    j = post_ok("/v1/completions", "{\"prompt\":\"Is it\",\"response_format\":{\"type\":\"text\"},"
+                                   "\"grammar\":\"root ::= \\\"no\\\"\"}");
+    assert_string_equal(jstr(j, "choices.0.text"), "no");
+    cJSON_Delete(j);
 }
 
 /* /tokenize and /detokenize (llama-server's shapes), keyed as /v1 is */
@@ -1342,6 +1519,7 @@ int main(void) {
         cmocka_unit_test(test_echo),
         cmocka_unit_test(test_best_of),
         cmocka_unit_test(test_field_rules),
+        cmocka_unit_test(test_structured),
         cmocka_unit_test(test_tokenize_detokenize),
         cmocka_unit_test(test_batched_equals_sequential),
         cmocka_unit_test(test_disconnect_frees_blocks),
