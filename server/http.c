@@ -184,13 +184,21 @@ static enum MHD_Result send_submit_error(srv *s, conn_ctx *x, struct MHD_Connect
     return send_error(s, x, c, 500, "server_error", NULL, NULL, "%s", st->msg);
 }
 
+/* the body of a request for the engine, or the refusal sent: 413 too big,
+ * 503 while the server drains, 400 malformed */
+static cJSON *work_body(srv *s, conn_ctx *x, struct MHD_Connection *c, enum MHD_Result *ret) {
+    if (x->too_big) return body_json(s, x, c, ret);
+    if (atomic_load(&s->draining)) {
+        *ret = send_error(s, x, c, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, "shutting_down",
+                          "the server is shutting down");
+        return NULL;
+    }
+    return body_json(s, x, c, ret);
+}
+
 static enum MHD_Result handle_generate(srv *s, conn_ctx *x, struct MHD_Connection *c, bool chat) {
     enum MHD_Result ret;
-    if (x->too_big) return body_json(s, x, c, &ret), ret;
-    if (atomic_load(&s->draining))
-        return send_error(s, x, c, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, "shutting_down",
-                          "the server is shutting down");
-    cJSON *j = body_json(s, x, c, &ret);
+    cJSON *j = work_body(s, x, c, &ret);
     if (!j) return ret;
     parsed p = {0};
     verr v = {0};
@@ -248,11 +256,7 @@ static enum MHD_Result finish_embeddings(srv *s, conn_ctx *x, struct MHD_Connect
 
 static enum MHD_Result handle_embeddings(srv *s, conn_ctx *x, struct MHD_Connection *c) {
     enum MHD_Result ret;
-    if (x->too_big) return body_json(s, x, c, &ret), ret;
-    if (atomic_load(&s->draining))
-        return send_error(s, x, c, MHD_HTTP_SERVICE_UNAVAILABLE, "server_error", NULL, "shutting_down",
-                          "the server is shutting down");
-    cJSON *j = body_json(s, x, c, &ret);
+    cJSON *j = work_body(s, x, c, &ret);
     if (!j) return ret;
     parsed p = {0};
     verr v = {0};
