@@ -563,6 +563,25 @@ typedef enum {
 } kvant_chat_tool_state;
 
 kvant_chat_tool_state kvant_chat_tool_prefix(kvant_chat_template t, const char *text, size_t len, size_t *plain_len);
+/* The grammar that forces a tool call (OpenAI's tool_choice "required", or
+ * a named function when name is not NULL) in t's format, which
+ * kvant_chat_parse_tool_calls reads back: its JSON is an anyOf over the
+ * allowed tools of {"name": <the tool's name>, "arguments": <its parameters
+ * schema, absent: any object>} (Llama 3.x: "parameters"), compiled by the
+ * JSON Schema compiler (README "Structured outputs" lists the keywords).
+ * Qwen 2.5 / 3 and every generic (Hermes) template: exactly one
+ * "<tool_call>\n" JSON "\n</tool_call>" and nothing else (no <think>);
+ * Llama 3.1 / 3.2: the JSON object is the whole reply.  NULL + st:
+ * KVANT_ERR_UNSUPPORTED for Mistral templates (their [TOOL_CALLS] is a control
+ * token, which a grammar never allows) and for a tool whose parameters kvant
+ * cannot compile (*bad_tool, if not NULL, is then its index, else -1; the
+ * message begins "tools[i].function.parameters: "), KVANT_ERR_ARG for
+ * malformed tools_json (OpenAI's tools array), no tools, or no tool named
+ * name.  kvant_chat_tool_gbnf gives the GBNF text (malloc'd), for logs. */
+char *kvant_chat_tool_gbnf(kvant_chat_template t, const char *tools_json, const char *name, int *bad_tool,
+                           kvant_status *st);
+kvant_grammar *kvant_chat_tool_grammar(kvant_model *m, kvant_chat_template t, const char *tools_json,
+                                       const char *name, int *bad_tool, kvant_status *st);
 /* Tokenizes a rendered prompt as llama.cpp does: the text of special tokens
  * becomes those tokens (parse_special), and BOS is put first when the
  * vocabulary adds one (tokenizer.ggml.add_bos_token) unless the text already

@@ -10,9 +10,9 @@
  * kvant lacks shows up at once; annotations that change nothing (user,
  * metadata, store, service_tier, ...) are accepted, type-checked and
  * ignored.  Structured outputs (response_format, grammar, json_schema) are
- * compiled here, in the request's thread (parse_structured); the tool
- * choices that need them are refused in ONE place below, "NOT SUPPORTED
- * YET". */
+ * compiled here, in the request's thread (parse_structured), and so is a
+ * forced tool call (parse_tool_choice); function.strict beside tool_choice
+ * "auto" is refused in ONE place below, "NOT SUPPORTED YET". */
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -93,7 +93,7 @@ static const struct {
     {"repeat_last_n", CH}, {"logit_bias", CH},
     /* output shape */
     {"logprobs", CH}, {"top_logprobs", H}, {"echo", C}, {"suffix", C},
-    /* tools (parse_messages; tool_choice "required" / a named function: NOT SUPPORTED YET) */
+    /* tools (parse_messages; tool_choice "required" / a named function: parse_tool_choice) */
     {"tools", H}, {"tool_choice", H},
     /* structured outputs (parse_structured) */
     {"response_format", CH}, {"grammar", CH}, {"json_schema", CH},
@@ -129,44 +129,46 @@ static bool check_known_fields(cJSON *j, bool chat, verr *v) {
     return true;
 }
 
-/* ==== NOT SUPPORTED YET: tool choices that need structured outputs ===========
- * Each is refused here, by name, with a 400 - never ignored, since ignoring
- * it would hand back a reply that need not be a call as if it were one.
- * (response_format, grammar and json_schema are honoured: parse_structured.)
- *   tool_choice      "required" and {"type": "function", "function": {"name"}}:
- *                    the model must call a tool (that one), which only
- *                    decoding constrained to the family's call format can
- *                    promise (the integration also checks that the name is
- *                    one of the tools); "none" and "auto" are honoured
- *                    (parse_messages, render.c)
- *   tools[i].function.strict: true  arguments held to the tool's schema
- * The tools themselves, tool messages and calls in the history are read by
- * parse_messages; with "auto" a reply is read for the calls the model chose
- * to write (render.c). */
+/* ==== NOT SUPPORTED YET: strict arguments without a forced call ==============
+ * Refused here, by name, with a 400 - never ignored, since ignoring it would
+ * hand back arguments that need not match the schema as if they did.
+ *   tools[i].function.strict: true with tool_choice "auto" (the default):
+ *                    holding the arguments to the schema needs a grammar
+ *                    over the reply, and a grammar that admits both text and
+ *                    a call is not built yet.  With tool_choice "required"
+ *                    or a named function the call is forced and held to its
+ *                    schema (parse_tool_choice), which is what strict asks;
+ *                    with "none" no call is read, so strict holds.
+ * The tool_choice values themselves are checked here; "none" and "auto" are
+ * honoured by parse_messages / render.c, "required" and a named function
+ * by parse_tool_choice (kvant_chat_tool_grammar). */
+static bool tool_choice_forces(cJSON *j) {
+    cJSON *f = field(j, "tool_choice");
+    return f && !(cJSON_IsString(f) && (!strcmp(f->valuestring, "none") || !strcmp(f->valuestring, "auto")));
+}
+
 static bool refuse_structured(cJSON *j, bool chat, verr *v) {
     cJSON *f;
     if (!chat) return true;
     if ((f = field(j, "tool_choice"))) {
-        if (cJSON_IsString(f) && !strcmp(f->valuestring, "required"))
-            return bad(v, "tool_choice", "tool_choice \"required\" needs structured outputs (decoding constrained to a "
-                                         "tool call), not supported yet; \"auto\" and \"none\" are");
         cJSON *type = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL,
               *fn = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "function") : NULL,
               *name = cJSON_IsObject(fn) ? cJSON_GetObjectItemCaseSensitive(fn, "name") : NULL;
-        if (cJSON_IsString(type) && !strcmp(type->valuestring, "function") && cJSON_IsString(name))
-            return bad(v, "tool_choice", "tool_choice naming a function ('%.64s') needs structured outputs (decoding "
-                       "constrained to a call of it), not supported yet; \"auto\" and \"none\" are", name->valuestring);
-        if (!cJSON_IsString(f) || (strcmp(f->valuestring, "none") && strcmp(f->valuestring, "auto")))
+        const bool named = cJSON_IsString(type) && !strcmp(type->valuestring, "function") && cJSON_IsString(name);
+        if (!named && (!cJSON_IsString(f) || (strcmp(f->valuestring, "none") && strcmp(f->valuestring, "auto") &&
+                                              strcmp(f->valuestring, "required"))))
             return bad(v, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
                                          "\"function\", \"function\": {\"name\": \"...\"}}");
     }
+    const bool none = cJSON_IsString(f) && !strcmp(f->valuestring, "none");
     cJSON *tools = field(j, "tools"), *t;
     int i = 0;
-    if (cJSON_IsArray(tools)) cJSON_ArrayForEach(t, tools) {
-        cJSON *fn = cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, "function") : NULL;
-        if (cJSON_IsObject(fn) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(fn, "strict")))
-            return bad(v, "tools", "tools[%d].function.strict: true needs structured outputs (arguments held to the "
-                                   "schema), not supported yet", i);
+    if (!tool_choice_forces(j) && !none && cJSON_IsArray(tools)) cJSON_ArrayForEach(t, tools) {
+        cJSON *tf = cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, "function") : NULL;
+        if (cJSON_IsObject(tf) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tf, "strict")))
+            return bad(v, "tools", "tools[%d].function.strict: true is enforced only when tool_choice forces a call "
+                       "(\"required\" or {\"type\": \"function\", ...}): with \"auto\" the model may answer in "
+                       "text, and kvant cannot hold a call it chooses to write to the schema (not supported yet)", i);
         i++;
     }
     return true;
@@ -719,6 +721,46 @@ static bool parse_messages(srv *s, cJSON *j, parsed *p, verr *v, bool add_assist
     return ok;
 }
 
+/* tool_choice "required" / {"type": "function", "function": {"name"}}: the
+ * reply is held to a call of one of the tools (that one), with arguments
+ * matching its parameters schema, in the family's format
+ * (kvant_chat_tool_grammar); render.c then reads it as with "auto".  Needs
+ * tools; the call's grammar is the request's one constraint, so
+ * response_format / grammar / json_schema beside it are refused. */
+static bool parse_tool_choice(srv *s, cJSON *j, parsed *p, verr *v) {
+    if (!tool_choice_forces(j)) return true;
+    cJSON *tc = field(j, "tool_choice"), *tools = field(j, "tools");
+    cJSON *name = cJSON_IsObject(tc) ? cJSON_GetObjectItemCaseSensitive(
+                                           cJSON_GetObjectItemCaseSensitive(tc, "function"), "name")
+                                     : NULL;
+    if (!cJSON_IsArray(tools) || !cJSON_GetArraySize(tools))
+        return bad(v, "tool_choice", "tool_choice %s needs tools to call; 'tools' is %s",
+                   name ? "naming a function" : "\"required\"", tools ? "empty" : "absent");
+    if (p->req.grammar)
+        return bad(v, "tool_choice", "tool_choice %s holds the reply to a tool call, and response_format / grammar / "
+                   "json_schema constrain it too; give one", name ? "naming a function" : "\"required\"");
+    char *tools_json = cJSON_PrintUnformatted(tools);
+    if (!tools_json) {
+        v->status = 500;
+        return bad(v, NULL, "out of memory");
+    }
+    kvant_status st;
+    int bad_tool = -1;
+    p->req.grammar = kvant_chat_tool_grammar(s->m, s->chat_kind, tools_json, name ? name->valuestring : NULL,
+                                             &bad_tool, &st);
+    cJSON_free(tools_json);
+    if (p->req.grammar) return true;
+    if (st.code == KVANT_ERR_NOMEM) v->status = 500;
+    if (bad_tool >= 0) {
+        v->code = st.code == KVANT_ERR_UNSUPPORTED ? "unsupported_schema" : "invalid_schema";
+        return bad(v, "tools", "%s", st.msg);
+    }
+    if (st.code == KVANT_ERR_UNSUPPORTED)
+        return bad(v, "tool_choice", "tool_choice %s is not supported with the chat template %s: %s",
+                   name ? "naming a function" : "\"required\"", kvant_chat_template_name(s->chat_kind), st.msg);
+    return bad(v, "tool_choice", "tool_choice: %s", st.msg);
+}
+
 /* the prompt's tokens (BOS first; chat: special tokens too, BOS not
  * doubled), the context-length checks and the max_tokens default */
 static bool prepare_prompt(srv *s, bool chat, parsed *p, verr *v) {
@@ -801,8 +843,8 @@ bool srv_validate_completion(srv *s, cJSON *j, parsed *p, verr *v) {
 }
 
 bool srv_validate_chat(srv *s, cJSON *j, parsed *p, verr *v) {
-    return parse_common(s, j, true, p, v) && parse_messages(s, j, p, v, true) && check_model(s, j, v) &&
-           prepare_prompt(s, true, p, v);
+    return parse_common(s, j, true, p, v) && parse_messages(s, j, p, v, true) && parse_tool_choice(s, j, p, v) &&
+           check_model(s, j, v) && prepare_prompt(s, true, p, v);
 }
 
 /* {"messages": [...], "tools": [...], "add_generation_prompt": bool (default

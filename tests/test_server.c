@@ -589,7 +589,7 @@ static void test_field_rules(void **state) {
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
                                  "\"function\",\"function\":{\"name\":\"get weather\"}}]}", "tools"}, /* a space */
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}",
-         "tool_choice"},                                                                  /* needs the grammar */
+         "tool_choice"},                                                                  /* needs tools */
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[{\"name\":\"f\"}]}",
          "functions"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"function_call\":\"auto\"}",

@@ -708,14 +708,21 @@ static void test_tool_refusals(void **state) {
     static const struct {
         const char *body, *param, *msg;
     } refused[] = {
-        /* tool_choice that needs constrained decoding: until the grammar lands */
-        {"{\"messages\":[" U "],\"tools\":" TOOLS ",\"tool_choice\":\"required\"}", "tool_choice",
-         "tool_choice \"required\" needs structured outputs"},
+        /* tool_choice: its values; a forced call needs a listed tool, and is the request's one constraint */
         {"{\"messages\":[" U "],\"tools\":" TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":"
-         "\"get_time\"}}}", "tool_choice", "naming a function ('get_time') needs structured outputs"},
+         "\"get_date\"}}}", "tool_choice", "no tool is named 'get_date'"},
+        {"{\"messages\":[" U "],\"tool_choice\":\"required\"}", "tool_choice", "needs tools to call; 'tools' is absent"},
+        {"{\"messages\":[" U "],\"tools\":[],\"tool_choice\":\"required\"}", "tool_choice", "'tools' is empty"},
+        {"{\"messages\":[" U "],\"tools\":" TOOLS ",\"tool_choice\":\"required\",\"response_format\":{\"type\":"
+         "\"json_object\"}}", "tool_choice", "give one"},
+        {"{\"messages\":[" U "],\"tool_choice\":\"required\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+         "\"f\",\"parameters\":{\"type\":\"object\",\"patternProperties\":{}}}}]}", "tools", "tools[0].function.parameters: JSON Schema at /: unsupported JSON Schema keyword "
+         "'patternProperties'"},
         {"{\"messages\":[" U "],\"tools\":" TOOLS ",\"tool_choice\":\"any\"}", "tool_choice", "'tool_choice' must be"},
         {"{\"messages\":[" U "],\"tool_choice\":{\"type\":\"function\"}}", "tool_choice", "'tool_choice' must be"},
-        {FN("{\"name\":\"f\",\"strict\":true}"), "tools", "tools[0].function.strict: true needs structured outputs"},
+        /* strict is enforced only where the call is forced */
+        {FN("{\"name\":\"f\",\"strict\":true}"), "tools",
+         "tools[0].function.strict: true is enforced only when tool_choice forces a call"},
         /* tools, as OpenAI checks them */
         {"{\"messages\":[" U "],\"tools\":{}}", "tools", "'tools' must be an array"},
         {"{\"messages\":[" U "],\"tools\":[\"f\"]}", "tools", "tools[0] must be an object"},
@@ -768,7 +775,8 @@ static void test_tool_refusals(void **state) {
         free(b.p);
         /* /apply-template reads messages and tools with the same code (not tool_choice, which changes no prompt) */
         if (strcmp(refused[i].param, "tool_choice") && strcmp(refused[i].param, "functions") &&
-            strcmp(refused[i].param, "function_call") && !strstr(refused[i].msg, "strict")) {
+            strcmp(refused[i].param, "function_call") && !strstr(refused[i].msg, "strict") &&
+            !strstr(refused[i].msg, "parameters:")) {
             assert_int_equal(http_post(g_srv.port, "/apply-template", refused[i].body, &b), 400);
             j = cJSON_Parse(b.p);
             msg = j ? str_at(j, "error.message") : NULL;
@@ -781,6 +789,143 @@ static void test_tool_refusals(void **state) {
 #undef FN
 #undef MSG
 #undef CALL
+}
+
+/* ---- tool_choice "required" / a named function: a forced call --------------------------
+ * The grammar (kvant_chat_tool_grammar) holds each reply to one call of a
+ * listed tool, arguments valid for its schema, in the family's format;
+ * stories260K at temperature 1 then writes calls it never writes freely. */
+#define FTOOLS                                                                                                         \
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"strict\":true,\"parameters\":{\"type\":"        \
+    "\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"enum\":[\"Paris\",\"Rome\"]}},\"required\":"         \
+    "[\"city\"]}}},{\"type\":\"function\",\"function\":{\"name\":\"add\",\"parameters\":{\"type\":\"object\","      \
+    "\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"integer\"}},\"required\":[\"a\",\"b\"]}}}]"
+
+static bool is_int(const cJSON *x) {
+    return cJSON_IsNumber(x) && x->valuedouble == (double)(long long)x->valuedouble;
+}
+
+/* name / arguments (a JSON text) are a valid call of FTOOLS' (want: that name) */
+static bool valid_call(const char *name, const char *args, const char *want) {
+    if (!name || !args || (want && strcmp(name, want))) return false;
+    cJSON *a = cJSON_Parse(args);
+    bool ok = cJSON_IsObject(a);
+    if (ok && !strcmp(name, "get_weather")) {
+        cJSON *c = cJSON_GetObjectItemCaseSensitive(a, "city");
+        ok = cJSON_GetArraySize(a) == 1 && cJSON_IsString(c) &&
+             (!strcmp(c->valuestring, "Paris") || !strcmp(c->valuestring, "Rome"));
+    } else if (ok && !strcmp(name, "add")) {
+        ok = cJSON_GetArraySize(a) == 2 && is_int(cJSON_GetObjectItemCaseSensitive(a, "a")) &&
+             is_int(cJSON_GetObjectItemCaseSensitive(a, "b"));
+    } else {
+        ok = false;
+    }
+    cJSON_Delete(a);
+    return ok;
+}
+
+/* a non-streamed request of n choices: each exactly one valid call, finish tool_calls; counts of each name */
+static void forced_calls(int port, const char *tc_json, int n, const char *want, int *n_weather, int *n_add) {
+    char body[4096];
+    snprintf(body, sizeof body, "{\"tools\":" FTOOLS ",\"messages\":[{\"role\":\"user\",\"content\":\"Weather in "
+             "Paris?\"}],\"tool_choice\":%s,\"temperature\":1,\"n\":%d,\"seed\":7,\"max_tokens\":200}", tc_json, n);
+    cJSON *j = post_ok(port, "/v1/chat/completions", body);
+    cJSON *cs = at(j, "choices");
+    assert_int_equal(cJSON_GetArraySize(cs), n);
+    for (int i = 0; i < n; i++) {
+        cJSON *c = cJSON_GetArrayItem(cs, i), *calls = at(c, "message.tool_calls");
+        const char *name = str_at(c, "message.tool_calls.0.function.name"),
+                   *args = str_at(c, "message.tool_calls.0.function.arguments");
+        if (cJSON_GetArraySize(calls) != 1 || !valid_call(name, args, want) ||
+            strcmp(str_at(c, "finish_reason"), "tool_calls") || !cJSON_IsNull(at(c, "message.content")) ||
+            strcmp(str_at(c, "message.tool_calls.0.type"), "function"))
+            fail_msg("tool_choice %s, choice %d: %s", tc_json, i, cJSON_PrintUnformatted(c));
+        if (!strcmp(name, "get_weather")) (*n_weather)++;
+        else (*n_add)++;
+    }
+    cJSON_Delete(j);
+}
+
+/* streamed: per choice, the tool_calls deltas add up to one valid call; finish tool_calls */
+static void forced_stream(int port, const char *tc_json, int n, const char *want, bool print) {
+    char body[4096];
+    snprintf(body, sizeof body, "{\"tools\":" FTOOLS ",\"messages\":[{\"role\":\"user\",\"content\":\"Weather in "
+             "Paris?\"}],\"tool_choice\":%s,\"temperature\":1,\"n\":%d,\"seed\":11,\"max_tokens\":200,\"stream\":true}",
+             tc_json, n);
+    buf b;
+    assert_int_equal(http_post(port, "/v1/chat/completions", body, &b), 200);
+    if (print) printf("streamed, tool_choice %s:\n%s", tc_json, b.p);
+    char name[8][128] = {{0}}, args[8][1024] = {{0}}, finish[8][32] = {{0}};
+    int n_calls[8] = {0};
+    char *save = NULL; /* at() tokenizes its path with strtok */
+    for (char *line = strtok_r(b.p, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (strncmp(line, "data: {", 7)) continue;
+        cJSON *e = cJSON_Parse(line + 6), *c = cJSON_GetArrayItem(at(e, "choices"), 0);
+        assert_non_null(c);
+        const int i = (int)at(c, "index")->valuedouble;
+        assert_true(i >= 0 && i < n);
+        cJSON *content = at(c, "delta.content"), *tcs = at(c, "delta.tool_calls"), *tc;
+        assert_true(!content || cJSON_IsNull(content) || !content->valuestring[0]);
+        cJSON_ArrayForEach(tc, tcs) {
+            assert_int_equal((int)at(tc, "index")->valuedouble, 0);
+            const char *nm = str_at(tc, "function.name"), *ar = str_at(tc, "function.arguments");
+            if (nm) snprintf(name[i] + strlen(name[i]), sizeof name[i] - strlen(name[i]), "%s", nm), n_calls[i]++;
+            if (ar) snprintf(args[i] + strlen(args[i]), sizeof args[i] - strlen(args[i]), "%s", ar);
+        }
+        const char *f = str_at(c, "finish_reason");
+        if (f) snprintf(finish[i], sizeof finish[i], "%s", f);
+        cJSON_Delete(e);
+    }
+    for (int i = 0; i < n; i++)
+        if (n_calls[i] != 1 || !valid_call(name[i], args[i], want) || strcmp(finish[i], "tool_calls"))
+            fail_msg("streamed tool_choice %s, choice %d: %d calls, %s(%s), finish %s", tc_json, i, n_calls[i], name[i],
+                     args[i], finish[i]);
+    free(b.p);
+}
+
+static void test_forced_calls(void **state) {
+    (void)state;
+    assert_true(g_srv.port > 0);
+    int w = 0, a = 0;
+    /* Qwen 2.5: <tool_call>\n{"name", "arguments"}\n</tool_call>, read back as with "auto" */
+    forced_calls(g_srv.port, "\"required\"", 8, NULL, &w, &a);
+    printf("qwen2.5, required, n 8: %d get_weather, %d add\n", w, a);
+    w = a = 0;
+    forced_calls(g_srv.port, "{\"type\":\"function\",\"function\":{\"name\":\"add\"}}", 6, "add", &w, &a);
+    assert_int_equal(a, 6);
+    forced_calls(g_srv.port, "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}", 4, "get_weather", &w, &a);
+    assert_int_equal(w, 4);
+    forced_stream(g_srv.port, "\"required\"", 1, NULL, true);
+    forced_stream(g_srv.port, "\"required\"", 4, NULL, false);
+    forced_stream(g_srv.port, "{\"type\":\"function\",\"function\":{\"name\":\"add\"}}", 2, "add", false);
+    /* Llama 3.2: the reply is {"name", "parameters"} */
+    server_proc l = start_server(shared_path("models/stories260K.gguf"), "--chat-template llama-3.2",
+                                 "tools_llama_server.log");
+    assert_true(l.port > 0);
+    w = a = 0;
+    forced_calls(l.port, "\"required\"", 8, NULL, &w, &a);
+    printf("llama-3.2, required, n 8: %d get_weather, %d add\n", w, a);
+    forced_calls(l.port, "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}", 4, "get_weather", &w, &a);
+    forced_stream(l.port, "\"required\"", 3, NULL, false);
+    assert_int_equal(stop_server(&l), 0);
+    /* Mistral: [TOOL_CALLS] is a control token, which no grammar allows: refused by name */
+    server_proc m = start_server(shared_path("models/stories260K.gguf"), "--chat-template mistral-v3",
+                                 "tools_mistral_server.log");
+    assert_true(m.port > 0);
+    static const char *const forced[] = {"\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"add\"}}"};
+    for (int i = 0; i < 2; i++) {
+        char body[4096];
+        snprintf(body, sizeof body, "{\"tools\":" FTOOLS ",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                 "\"tool_choice\":%s}", forced[i]);
+        buf b;
+        assert_int_equal(http_post(m.port, "/v1/chat/completions", body, &b), 400);
+        cJSON *j = cJSON_Parse(b.p);
+        assert_string_equal(str_at(j, "error.param"), "tool_choice");
+        assert_non_null(strstr(str_at(j, "error.message"), "[TOOL_CALLS], a control token"));
+        cJSON_Delete(j);
+        free(b.p);
+    }
+    assert_int_equal(stop_server(&m), 0);
 }
 
 /* ---- a real tool call, end to end ------------------------------------------------------
@@ -1029,6 +1174,7 @@ int main(void) {
         cmocka_unit_test(test_control_tokens_silent),
         cmocka_unit_test(test_requests_with_tools),
         cmocka_unit_test(test_tool_refusals),
+        cmocka_unit_test(test_forced_calls),
         cmocka_unit_test(test_end_to_end_call),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
