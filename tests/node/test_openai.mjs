@@ -6,7 +6,8 @@
 // the request fields (logit_bias, stop arrays, penalties, echo, best_of),
 // embeddings (base64, which the client asks for by default, decoded), tools
 // (calls and results accepted; a real tool call from a model made to answer
-// one, through create, the stream helper and the tool runner) and
+// one, through create, the stream helper and the tool runner; tool_choice
+// "required" / a named function forced by the grammar, streamed too) and
 // the client's typed errors (404 model, 401 key, 400 bad value, 400 naming
 // a field kvant does not support or does not know, a schema it cannot compile).
 import { spawn } from 'node:child_process';
@@ -274,14 +275,89 @@ await check('chat with tools streamed', async () => {
   assert.ok(['length', 'stop'].includes(finish));
 });
 
-await check('tool_choice required -> BadRequestError naming tool_choice (until structured outputs)', async () => {
+// tool_choice "required" / a named function: the grammar holds the reply to
+// one call of a listed tool whose arguments match its parameters schema
+// (stories260K writes no call by itself; the server's template here is the
+// generic one, <tool_call> blocks).  Checked by hand against the schemas.
+const FORCED_TOOLS = [
+  { type: 'function', function: { name: 'get_weather', strict: true, parameters: {
+    type: 'object', properties: { city: { type: 'string', enum: ['Paris', 'Rome'] } }, required: ['city'] } } },
+  { type: 'function', function: { name: 'add', parameters: {
+    type: 'object', properties: { a: { type: 'integer' }, b: { type: 'integer' } }, required: ['a', 'b'] } } },
+];
+function assertForcedCall(call, want) {
+  assert.equal(call.type, 'function');
+  if (want) assert.equal(call.function.name, want);
+  const args = JSON.parse(call.function.arguments);
+  if (call.function.name === 'get_weather') {
+    assert.deepEqual(Object.keys(args), ['city']);
+    assert.ok(['Paris', 'Rome'].includes(args.city), call.function.arguments);
+  } else {
+    assert.equal(call.function.name, 'add');
+    assert.deepEqual(Object.keys(args), ['a', 'b']);
+    assert.ok(Number.isInteger(args.a) && Number.isInteger(args.b), call.function.arguments);
+  }
+}
+const FORCED_MSG = [{ role: 'user', content: 'What is the weather in Paris?' }];
+
+await check('tool_choice required / a named function: a forced call through create (n 8, temperature 1)', async () => {
+  for (const [tool_choice, want] of [['required', null], [{ type: 'function', function: { name: 'add' } }, 'add']]) {
+    const r = await client.chat.completions.create({ model: id, messages: FORCED_MSG, tools: FORCED_TOOLS, tool_choice,
+                                                     n: 8, temperature: 1, max_tokens: 200 });
+    assert.equal(r.choices.length, 8);
+    for (const ch of r.choices) {
+      assert.equal(ch.finish_reason, 'tool_calls');
+      assert.equal(ch.message.content, null);
+      assert.equal(ch.message.tool_calls.length, 1);
+      assertForcedCall(ch.message.tool_calls[0], want);
+    }
+  }
+});
+
+await check('tool_choice required streamed: the client\'s stream helper and plain chunks', async () => {
+  const stream = client.beta.chat.completions.stream({ model: id, messages: FORCED_MSG, tools: FORCED_TOOLS,
+                                                       tool_choice: 'required', temperature: 1, seed: 3,
+                                                       max_tokens: 200, stream: true });
+  const transcript = [];
+  let done = null;
+  stream.on('chunk', (c) => transcript.push(JSON.stringify({ delta: c.choices[0]?.delta,
+                                                               finish_reason: c.choices[0]?.finish_reason })));
+  stream.on('tool_calls.function.arguments.done', (e) => { done = e; });
+  const final = await stream.finalChatCompletion();
+  console.log('     streamed tool_choice required, the chunks\' deltas:\n       ' + transcript.join('\n       '));
+  const ch = final.choices[0];
+  assert.equal(ch.finish_reason, 'tool_calls');
+  assert.equal(ch.message.tool_calls.length, 1);
+  assertForcedCall(ch.message.tool_calls[0], null);
+  assert.equal(done.name, ch.message.tool_calls[0].function.name);
+  assert.deepEqual(done.parsed_arguments ?? JSON.parse(done.arguments), JSON.parse(ch.message.tool_calls[0].function.arguments));
+  // chunk by chunk, a named function
+  const chunks = await client.chat.completions.create({ model: id, messages: FORCED_MSG, tools: FORCED_TOOLS,
+                                                        tool_choice: { type: 'function', function: { name: 'get_weather' } },
+                                                        temperature: 1, max_tokens: 200, stream: true });
+  let name = '', args = '', finish = null;
+  for await (const c of chunks) {
+    for (const ch2 of c.choices) {
+      for (const tc of ch2.delta.tool_calls ?? []) {
+        assert.equal(tc.index, 0);
+        name += tc.function?.name ?? '';
+        args += tc.function?.arguments ?? '';
+      }
+      if (ch2.finish_reason) finish = ch2.finish_reason;
+    }
+  }
+  assert.equal(finish, 'tool_calls');
+  assertForcedCall({ type: 'function', function: { name, arguments: args } }, 'get_weather');
+});
+
+await check('tool choices refused by field: an unknown function name, strict with auto, a bad tool name', async () => {
   await assert.rejects(client.chat.completions.create({ model: id, messages: [HISTORY[0]], tools: TOOLS,
-                                                        tool_choice: 'required' }),
+                                                        tool_choice: { type: 'function', function: { name: 'get_date' } } }),
                        (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice' &&
-                              /structured outputs/.test(e.message));
-  await assert.rejects(client.chat.completions.create({ model: id, messages: [HISTORY[0]], tools: TOOLS,
-                                                        tool_choice: { type: 'function', function: { name: 'get_weather' } } }),
-                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
+                              /no tool is named 'get_date'/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: id, messages: [HISTORY[0]], tools: FORCED_TOOLS }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools' &&
+                              /tools\[0\]\.function\.strict/.test(e.message));
   await assert.rejects(client.chat.completions.create({ model: id, messages: [HISTORY[0]],
                                                         tools: [{ type: 'function', function: { name: 'get weather' } }] }),
                        (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools' &&
