@@ -30,19 +30,10 @@
 
 #include "server/srv_internal.h"
 
-static bool bad(verr *v, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool bad(verr *v, const char *param, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(v->msg, sizeof v->msg, fmt, ap);
-    va_end(ap);
-    v->param = param;
-    return false;
-}
 
 static bool oom(verr *v) {
     v->status = 500;
-    return bad(v, NULL, "out of memory");
+    return srv_bad(v, NULL, "out of memory");
 }
 
 static cJSON *field(cJSON *j, const char *name) {
@@ -63,10 +54,10 @@ static bool check_fields(cJSON *j, verr *v) {
         while (k < N_EMBED_FIELDS && strcmp(embed_fields[k], f->string)) k++;
         if (k == N_EMBED_FIELDS) {
             v->code = "unknown_field";
-            return bad(v, f->string, "unrecognized request argument supplied: '%.64s' (README, \"Request fields\", "
+            return srv_bad(v, f->string, "unrecognized request argument supplied: '%.64s' (README, \"Request fields\", "
                        "lists what kvant takes)", f->string);
         }
-        if (seen[k]) return bad(v, embed_fields[k], "'%s' is given twice", embed_fields[k]);
+        if (seen[k]) return srv_bad(v, embed_fields[k], "'%s' is given twice", embed_fields[k]);
         seen[k] = true;
     }
     return true;
@@ -75,10 +66,10 @@ static bool check_fields(cJSON *j, verr *v) {
 /* input i as token ids: a non-empty array of integers in the vocabulary */
 static bool ids_input(srv *s, cJSON *a, int i, bool many, parsed *p, verr *v) {
     const int n = cJSON_GetArraySize(a);
-    if (!n) return bad(v, "input", many ? "input[%d] is empty" : "'input' is empty", i);
+    if (!n) return srv_bad(v, "input", many ? "input[%d] is empty" : "'input' is empty", i);
     if (n > s->max_ctx) {
         v->code = "context_length_exceeded";
-        return bad(v, "input", "input[%d] has %d tokens; the context holds %d", i, n, s->max_ctx);
+        return srv_bad(v, "input", "input[%d] has %d tokens; the context holds %d", i, n, s->max_ctx);
     }
     if (!(p->in_tok[i] = malloc((size_t)n * sizeof **p->in_tok))) return oom(v);
     int k = 0;
@@ -87,9 +78,9 @@ static bool ids_input(srv *s, cJSON *a, int i, bool many, parsed *p, verr *v) {
         if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0 && e->valuedouble < s->info.vocab_size) ||
             e->valuedouble != (double)(int)e->valuedouble) {
             if (many)
-                return bad(v, "input", "token ids must be integers in [0, %d); input[%d][%d] is not",
+                return srv_bad(v, "input", "token ids must be integers in [0, %d); input[%d][%d] is not",
                            s->info.vocab_size, i, k);
-            return bad(v, "input", "token ids must be integers in [0, %d); input[%d] is not", s->info.vocab_size, k);
+            return srv_bad(v, "input", "token ids must be integers in [0, %d); input[%d] is not", s->info.vocab_size, k);
         }
         p->in_tok[i][k++] = (int32_t)e->valuedouble;
     }
@@ -100,7 +91,7 @@ static bool ids_input(srv *s, cJSON *a, int i, bool many, parsed *p, verr *v) {
 /* input i as text, tokenized as /v1/completions does (BOS first) */
 static bool text_input(srv *s, const char *text, int i, bool many, parsed *p, verr *v) {
     const size_t len = strlen(text);
-    if (!len) return bad(v, "input", many ? "input[%d] is an empty string" : "'input' is an empty string", i);
+    if (!len) return srv_bad(v, "input", many ? "input[%d] is an empty string" : "'input' is an empty string", i);
     int32_t *t = malloc((size_t)(s->max_ctx + 1) * sizeof *t);
     if (!t) return oom(v);
     int n = kvant_tokenize(s->m, text, len, true, t, s->max_ctx + 1);
@@ -108,7 +99,7 @@ static bool text_input(srv *s, const char *text, int i, bool many, parsed *p, ve
     if (n < 0 || n > s->max_ctx) {
         free(t);
         v->code = "context_length_exceeded";
-        return bad(v, "input", "input[%d] has %d tokens; the context holds %d", i, n < 0 ? -n : n, s->max_ctx);
+        return srv_bad(v, "input", "input[%d] has %d tokens; the context holds %d", i, n < 0 ? -n : n, s->max_ctx);
     }
     int32_t *fit = realloc(t, (size_t)n * sizeof *t);
     p->in_tok[i] = fit ? fit : t;
@@ -120,26 +111,26 @@ static bool parse_input(srv *s, cJSON *j, parsed *p, verr *v) {
     static const char shape[] = "'input' must be a string, an array of strings, an array of token ids or an array "
                                 "of arrays of token ids";
     cJSON *in = field(j, "input");
-    if (!in) return bad(v, "input", "'input' is required");
-    if (!cJSON_IsString(in) && !cJSON_IsArray(in)) return bad(v, "input", "%s", shape);
+    if (!in) return srv_bad(v, "input", "'input' is required");
+    if (!cJSON_IsString(in) && !cJSON_IsArray(in)) return srv_bad(v, "input", "%s", shape);
     cJSON *first = cJSON_IsArray(in) ? cJSON_GetArrayItem(in, 0) : NULL;
-    if (cJSON_IsArray(in) && !first) return bad(v, "input", "'input' is empty");
+    if (cJSON_IsArray(in) && !first) return srv_bad(v, "input", "'input' is empty");
     /* one input: a string or one array of ids; several: strings or id arrays */
     const bool one = cJSON_IsString(in) || cJSON_IsNumber(first);
     const int n = one ? 1 : cJSON_GetArraySize(in);
     if (n > SRV_MAX_EMBED_INPUTS)
-        return bad(v, "input", "'input' has %d items; at most %d", n, SRV_MAX_EMBED_INPUTS);
+        return srv_bad(v, "input", "'input' has %d items; at most %d", n, SRV_MAX_EMBED_INPUTS);
     if (!(p->in_tok = calloc((size_t)n, sizeof *p->in_tok)) || !(p->in_n = calloc((size_t)n, sizeof *p->in_n)))
         return oom(v);
     p->n_inputs = n;
     if (one) return cJSON_IsString(in) ? text_input(s, in->valuestring, 0, false, p, v)
                                        : ids_input(s, in, 0, false, p, v);
     const bool strings = cJSON_IsString(first);
-    if (!strings && !cJSON_IsArray(first)) return bad(v, "input", "%s", shape);
+    if (!strings && !cJSON_IsArray(first)) return srv_bad(v, "input", "%s", shape);
     for (int i = 0; i < n; i++) {
         cJSON *e = cJSON_GetArrayItem(in, i);
         if (strings ? !cJSON_IsString(e) : !cJSON_IsArray(e))
-            return bad(v, "input", "input[%d]: every item must be a %s, as input[0] is", i,
+            return srv_bad(v, "input", "input[%d]: every item must be a %s, as input[0] is", i,
                        strings ? "string" : "array of token ids");
         if (!(strings ? text_input(s, e->valuestring, i, true, p, v) : ids_input(s, e, i, true, p, v))) return false;
     }
@@ -149,19 +140,19 @@ static bool parse_input(srv *s, cJSON *j, parsed *p, verr *v) {
 bool srv_validate_embeddings(srv *s, cJSON *j, parsed *p, verr *v) {
     if (!check_fields(j, v)) return false;
     cJSON *f;
-    if ((f = field(j, "model")) && !cJSON_IsString(f)) return bad(v, "model", "'model' must be a string");
-    if ((f = field(j, "user")) && !cJSON_IsString(f)) return bad(v, "user", "'user' must be a string");
+    if ((f = field(j, "model")) && !cJSON_IsString(f)) return srv_bad(v, "model", "'model' must be a string");
+    if ((f = field(j, "user")) && !cJSON_IsString(f)) return srv_bad(v, "user", "'user' must be a string");
     p->base64 = false;
     if ((f = field(j, "encoding_format"))) {
         if (!cJSON_IsString(f) || (strcmp(f->valuestring, "float") && strcmp(f->valuestring, "base64")))
-            return bad(v, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+            return srv_bad(v, "encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
         p->base64 = !strcmp(f->valuestring, "base64");
     }
     if ((f = field(j, "dimensions"))) {
         if (!cJSON_IsNumber(f) || f->valuedouble != floor(f->valuedouble))
-            return bad(v, "dimensions", "'dimensions' must be an integer");
+            return srv_bad(v, "dimensions", "'dimensions' must be an integer");
         if (f->valuedouble != s->info.dim)
-            return bad(v, "dimensions", "'dimensions' must be the model's %d (kvant does not shorten embeddings), "
+            return srv_bad(v, "dimensions", "'dimensions' must be the model's %d (kvant does not shorten embeddings), "
                        "got %g", s->info.dim, f->valuedouble);
     }
     return parse_input(s, j, p, v) && srv_check_model(s, j, v);

@@ -156,6 +156,10 @@ typedef struct {
     char msg[512];
 } verr;
 
+/* Fills v with the message and the field it names; returns false (the
+ * validators' "refused").  validate.c. */
+bool srv_bad(verr *v, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* A validated request, ready to submit (generation) or to answer. */
 typedef struct {
     char *text;             /* prompt text (malloc'd) or NULL when ids; /tokenize: the content */

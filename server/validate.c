@@ -23,8 +23,7 @@
 
 #include "server/srv_internal.h"
 
-static bool bad(verr *v, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool bad(verr *v, const char *param, const char *fmt, ...) {
+bool srv_bad(verr *v, const char *param, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(v->msg, sizeof v->msg, fmt, ap);
@@ -43,11 +42,11 @@ static cJSON *field(cJSON *j, const char *name) {
 static bool get_num(cJSON *j, const char *name, double lo, double hi, bool integer, double *out, verr *v) {
     cJSON *f = field(j, name);
     if (!f) return true;
-    if (!cJSON_IsNumber(f)) return bad(v, name, "'%s' must be a number", name);
+    if (!cJSON_IsNumber(f)) return srv_bad(v, name, "'%s' must be a number", name);
     const double x = f->valuedouble;
     if (integer && !(x >= -9.2e18 && x <= 9.2e18 && x == (double)(int64_t)x))
-        return bad(v, name, "'%s' must be an integer", name);
-    if (!(x >= lo && x <= hi)) return bad(v, name, "'%s' must be in [%g, %g], got %g", name, lo, hi, x);
+        return srv_bad(v, name, "'%s' must be an integer", name);
+    if (!(x >= lo && x <= hi)) return srv_bad(v, name, "'%s' must be in [%g, %g], got %g", name, lo, hi, x);
     *out = x;
     return true;
 }
@@ -55,7 +54,7 @@ static bool get_num(cJSON *j, const char *name, double lo, double hi, bool integ
 static bool get_bool(cJSON *j, const char *name, bool *out, verr *v) {
     cJSON *f = field(j, name);
     if (!f) return true;
-    if (!cJSON_IsBool(f)) return bad(v, name, "'%s' must be a boolean", name);
+    if (!cJSON_IsBool(f)) return srv_bad(v, name, "'%s' must be a boolean", name);
     *out = cJSON_IsTrue(f);
     return true;
 }
@@ -114,16 +113,16 @@ static bool check_known_fields(cJSON *j, bool chat, verr *v) {
         while (k < N_KNOWN && strcmp(known_fields[k].name, f->string)) k++;
         if (k == N_KNOWN) {
             v->code = "unknown_field";
-            return bad(v, f->string, "unrecognized request argument supplied: '%.64s' (README, \"Request fields\", "
+            return srv_bad(v, f->string, "unrecognized request argument supplied: '%.64s' (README, \"Request fields\", "
                        "lists what kvant takes)", f->string);
         }
         if (!(known_fields[k].where & (chat ? H : C))) {
             v->code = "unknown_field";
-            return bad(v, known_fields[k].name, "'%s' is a field of %s, not of %s", known_fields[k].name,
+            return srv_bad(v, known_fields[k].name, "'%s' is a field of %s, not of %s", known_fields[k].name,
                        chat ? "/v1/completions" : "/v1/chat/completions",
                        chat ? "/v1/chat/completions" : "/v1/completions");
         }
-        if (seen[k]) return bad(v, known_fields[k].name, "'%s' is given twice", known_fields[k].name);
+        if (seen[k]) return srv_bad(v, known_fields[k].name, "'%s' is given twice", known_fields[k].name);
         seen[k] = true;
     }
     return true;
@@ -157,7 +156,7 @@ static bool refuse_structured(cJSON *j, bool chat, verr *v) {
         const bool named = cJSON_IsString(type) && !strcmp(type->valuestring, "function") && cJSON_IsString(name);
         if (!named && (!cJSON_IsString(f) || (strcmp(f->valuestring, "none") && strcmp(f->valuestring, "auto") &&
                                               strcmp(f->valuestring, "required"))))
-            return bad(v, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
+            return srv_bad(v, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
                                          "\"function\", \"function\": {\"name\": \"...\"}}");
     }
     const bool none = cJSON_IsString(f) && !strcmp(f->valuestring, "none");
@@ -166,7 +165,7 @@ static bool refuse_structured(cJSON *j, bool chat, verr *v) {
     if (!tool_choice_forces(j) && !none && cJSON_IsArray(tools)) cJSON_ArrayForEach(t, tools) {
         cJSON *tf = cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, "function") : NULL;
         if (cJSON_IsObject(tf) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(tf, "strict")))
-            return bad(v, "tools", "tools[%d].function.strict: true is enforced only when tool_choice forces a call "
+            return srv_bad(v, "tools", "tools[%d].function.strict: true is enforced only when tool_choice forces a call "
                        "(\"required\" or {\"type\": \"function\", ...}): with \"auto\" the model may answer in "
                        "text, and kvant cannot hold a call it chooses to write to the schema (not supported yet)", i);
         i++;
@@ -195,25 +194,25 @@ static bool check_schema_name(cJSON *js, verr *v) {
     cJSON *f;
     cJSON_ArrayForEach(f, js) if (strcmp(f->string, "name") && strcmp(f->string, "description") &&
                                   strcmp(f->string, "schema") && strcmp(f->string, "strict"))
-        return bad(v, "response_format", "response_format.json_schema: unrecognized field '%.64s' (it takes name, "
+        return srv_bad(v, "response_format", "response_format.json_schema: unrecognized field '%.64s' (it takes name, "
                    "description, schema, strict)", f->string);
     cJSON *name = cJSON_GetObjectItemCaseSensitive(js, "name");
     if (!cJSON_IsString(name))
-        return bad(v, "response_format", "response_format.json_schema.name is required (a string)");
+        return srv_bad(v, "response_format", "response_format.json_schema.name is required (a string)");
     size_t len = 0;
     for (const char *c = name->valuestring; *c; c++, len++)
         if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
               *c == '-'))
             len = 100;
     if (!len || len > 64)
-        return bad(v, "response_format", "response_format.json_schema.name '%.80s' must be 1 to 64 of a-z, A-Z, 0-9, "
+        return srv_bad(v, "response_format", "response_format.json_schema.name '%.80s' must be 1 to 64 of a-z, A-Z, 0-9, "
                    "_ and -", name->valuestring);
     if ((f = field(js, "description")) && !cJSON_IsString(f))
-        return bad(v, "response_format", "response_format.json_schema.description must be a string");
+        return srv_bad(v, "response_format", "response_format.json_schema.description must be a string");
     if ((f = field(js, "strict")) && !cJSON_IsBool(f))
-        return bad(v, "response_format", "response_format.json_schema.strict must be a boolean");
+        return srv_bad(v, "response_format", "response_format.json_schema.strict must be a boolean");
     if ((f = field(js, "schema")) && !cJSON_IsObject(f))
-        return bad(v, "response_format", "response_format.json_schema.schema must be an object (a JSON Schema)");
+        return srv_bad(v, "response_format", "response_format.json_schema.schema must be an object (a JSON Schema)");
     return true;
 }
 
@@ -230,36 +229,36 @@ static bool parse_structured(srv *s, cJSON *j, parsed *p, verr *v) {
         if (!strcmp(k, "response_format")) {
             cJSON *t = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f, "type") : NULL;
             if (!cJSON_IsString(t))
-                return bad(v, k, "'response_format' must be an object with a string 'type' (text, json_object or "
+                return srv_bad(v, k, "'response_format' must be an object with a string 'type' (text, json_object or "
                            "json_schema)");
             const char *type = t->valuestring;
             const bool is_schema = !strcmp(type, "json_schema");
             if (strcmp(type, "text") && strcmp(type, "json_object") && !is_schema)
-                return bad(v, k, "response_format type '%.32s' is none of text, json_object, json_schema", type);
+                return srv_bad(v, k, "response_format type '%.32s' is none of text, json_object, json_schema", type);
             cJSON *e;
             cJSON_ArrayForEach(e, f) if (strcmp(e->string, "type") && !(is_schema && !strcmp(e->string, "json_schema")))
-                return bad(v, k, "response_format of type %s: unrecognized field '%.64s'", type, e->string);
+                return srv_bad(v, k, "response_format of type %s: unrecognized field '%.64s'", type, e->string);
             if (!strcmp(type, "text")) continue;
             kk = KVANT_GRAMMAR_JSON_OBJECT;
             if (is_schema) {
                 cJSON *js = cJSON_GetObjectItemCaseSensitive(f, "json_schema");
                 if (!cJSON_IsObject(js))
-                    return bad(v, k, "response_format of type json_schema needs a 'json_schema' object ({\"name\", "
+                    return srv_bad(v, k, "response_format of type json_schema needs a 'json_schema' object ({\"name\", "
                                "\"schema\"})");
                 if (!check_schema_name(js, v)) return false;
                 kk = KVANT_GRAMMAR_JSON_SCHEMA, sv = field(js, "schema"), w = "response_format.json_schema.schema";
             }
         } else if (!strcmp(k, "grammar")) {
-            if (!cJSON_IsString(f)) return bad(v, k, "'grammar' must be a string (GBNF, as llama.cpp takes it)");
+            if (!cJSON_IsString(f)) return srv_bad(v, k, "'grammar' must be a string (GBNF, as llama.cpp takes it)");
             kk = KVANT_GRAMMAR_GBNF, sv = f;
         } else if (!strcmp(k, "json_schema")) {
-            if (!cJSON_IsObject(f)) return bad(v, k, "'json_schema' must be an object (a JSON Schema)");
+            if (!cJSON_IsObject(f)) return srv_bad(v, k, "'json_schema' must be an object (a JSON Schema)");
             kk = KVANT_GRAMMAR_JSON_SCHEMA, sv = f;
         } else {
             continue;
         }
         if (param)
-            return bad(v, k, "'%s' and '%s' both constrain the output; give one of response_format, grammar and "
+            return srv_bad(v, k, "'%s' and '%s' both constrain the output; give one of response_format, grammar and "
                        "json_schema", param, k);
         param = k, where = w, kind = kk, src = sv;
     }
@@ -267,7 +266,7 @@ static bool parse_structured(srv *s, cJSON *j, parsed *p, verr *v) {
     char *text = kind == KVANT_GRAMMAR_JSON_SCHEMA && src ? cJSON_PrintUnformatted(src) : NULL;
     if (kind == KVANT_GRAMMAR_JSON_SCHEMA && src && !text) {
         v->status = 500;
-        return bad(v, NULL, "out of memory");
+        return srv_bad(v, NULL, "out of memory");
     }
     const char *t = kind == KVANT_GRAMMAR_GBNF ? src->valuestring : text;
     kvant_status st;
@@ -277,35 +276,35 @@ static bool parse_structured(srv *s, cJSON *j, parsed *p, verr *v) {
     if (st.code == KVANT_ERR_NOMEM) v->status = 500;
     v->code = st.code == KVANT_ERR_UNSUPPORTED ? "unsupported_schema" : kind == KVANT_GRAMMAR_GBNF ? "invalid_grammar"
                                                                                                 : "invalid_schema";
-    return bad(v, param, "%s: %s", where, st.msg);
+    return srv_bad(v, param, "%s: %s", where, st.msg);
 }
 
 /* Fields that exist but whose feature kvant lacks (not the grammar's). */
 static bool refuse_unsupported(cJSON *j, bool chat, verr *v) {
     cJSON *f;
     if (!chat) {
-        if ((f = field(j, "suffix")) && !cJSON_IsString(f)) return bad(v, "suffix", "'suffix' must be a string");
+        if ((f = field(j, "suffix")) && !cJSON_IsString(f)) return srv_bad(v, "suffix", "'suffix' must be a string");
         if (f && f->valuestring[0])
-            return bad(v, "suffix", "suffix is not supported (no fill-in-the-middle: kvant's models have no "
+            return srv_bad(v, "suffix", "suffix is not supported (no fill-in-the-middle: kvant's models have no "
                                     "insertion tokens)");
         return true;
     }
     /* OpenAI's deprecated function calling: [] and "none" ask for nothing */
     if ((f = field(j, "functions")) && !(cJSON_IsArray(f) && !cJSON_GetArraySize(f)))
-        return bad(v, "functions", "'functions' (deprecated by OpenAI) is not supported: use 'tools'");
+        return srv_bad(v, "functions", "'functions' (deprecated by OpenAI) is not supported: use 'tools'");
     if ((f = field(j, "function_call")) && !(cJSON_IsString(f) && !strcmp(f->valuestring, "none")))
-        return bad(v, "function_call", "'function_call' (deprecated by OpenAI) is not supported: use 'tool_choice'");
+        return srv_bad(v, "function_call", "'function_call' (deprecated by OpenAI) is not supported: use 'tool_choice'");
     if ((f = field(j, "modalities"))) {
-        if (!cJSON_IsArray(f)) return bad(v, "modalities", "'modalities' must be an array of strings");
+        if (!cJSON_IsArray(f)) return srv_bad(v, "modalities", "'modalities' must be an array of strings");
         cJSON *e;
         cJSON_ArrayForEach(e, f) if (!cJSON_IsString(e) || strcmp(e->valuestring, "text"))
-            return bad(v, "modalities", "modalities other than \"text\" are not supported");
+            return srv_bad(v, "modalities", "modalities other than \"text\" are not supported");
     }
-    if (field(j, "audio")) return bad(v, "audio", "audio output is not supported");
+    if (field(j, "audio")) return srv_bad(v, "audio", "audio output is not supported");
     if ((f = field(j, "reasoning_effort")))
-        return bad(v, "reasoning_effort", "reasoning_effort is not supported (the chat templates have no "
+        return srv_bad(v, "reasoning_effort", "reasoning_effort is not supported (the chat templates have no "
                                           "reasoning control; qwen3's is --chat-template qwen3-no-think)");
-    if (field(j, "web_search_options")) return bad(v, "web_search_options", "web search is not supported");
+    if (field(j, "web_search_options")) return srv_bad(v, "web_search_options", "web search is not supported");
     return true;
 }
 
@@ -313,12 +312,12 @@ static bool refuse_unsupported(cJSON *j, bool chat, verr *v) {
  * checked for their type, then ignored (none changes the text) */
 static bool check_annotations(cJSON *j, verr *v) {
     cJSON *f;
-    if ((f = field(j, "user")) && !cJSON_IsString(f)) return bad(v, "user", "'user' must be a string");
+    if ((f = field(j, "user")) && !cJSON_IsString(f)) return srv_bad(v, "user", "'user' must be a string");
     if ((f = field(j, "metadata"))) {
-        if (!cJSON_IsObject(f)) return bad(v, "metadata", "'metadata' must be an object of strings");
+        if (!cJSON_IsObject(f)) return srv_bad(v, "metadata", "'metadata' must be an object of strings");
         cJSON *e;
         cJSON_ArrayForEach(e, f) if (!cJSON_IsString(e))
-            return bad(v, "metadata", "'metadata' must be an object of strings");
+            return srv_bad(v, "metadata", "'metadata' must be an object of strings");
     }
     bool b;
     if (!get_bool(j, "store", &b, v) || !get_bool(j, "parallel_tool_calls", &b, v)) return false;
@@ -326,10 +325,10 @@ static bool check_annotations(cJSON *j, verr *v) {
         static const char *const tiers[] = {"auto", "default", "flex", "scale", "priority"};
         bool ok = false;
         for (int i = 0; i < 5 && cJSON_IsString(f); i++) ok |= !strcmp(f->valuestring, tiers[i]);
-        if (!ok) return bad(v, "service_tier", "'service_tier' must be one of auto, default, flex, scale, priority");
+        if (!ok) return srv_bad(v, "service_tier", "'service_tier' must be one of auto, default, flex, scale, priority");
     }
     if ((f = field(j, "prediction")) && !cJSON_IsObject(f))
-        return bad(v, "prediction", "'prediction' must be an object");
+        return srv_bad(v, "prediction", "'prediction' must be an object");
     return true;
 }
 
@@ -337,13 +336,13 @@ static bool check_annotations(cJSON *j, verr *v) {
 static bool parse_logit_bias(srv *s, cJSON *j, parsed *p, verr *v) {
     cJSON *lb = field(j, "logit_bias");
     if (!lb) return true;
-    if (!cJSON_IsObject(lb)) return bad(v, "logit_bias", "'logit_bias' must be an object of token id -> bias");
+    if (!cJSON_IsObject(lb)) return srv_bad(v, "logit_bias", "'logit_bias' must be an object of token id -> bias");
     const int n = cJSON_GetArraySize(lb);
-    if (n > 1024) return bad(v, "logit_bias", "'logit_bias' has %d entries; at most 1024", n);
+    if (n > 1024) return srv_bad(v, "logit_bias", "'logit_bias' has %d entries; at most 1024", n);
     if (!n) return true;
     if (!(p->bias = malloc((size_t)n * sizeof *p->bias))) {
         v->status = 500;
-        return bad(v, NULL, "out of memory");
+        return srv_bad(v, NULL, "out of memory");
     }
     cJSON *e;
     int k = 0;
@@ -352,12 +351,12 @@ static bool parse_logit_bias(srv *s, cJSON *j, parsed *p, verr *v) {
         char *end;
         const long id = strtol(key, &end, 10);
         if (!key[0] || *end || key[0] < '0' || key[0] > '9' || id < 0 || id >= s->info.vocab_size)
-            return bad(v, "logit_bias", "logit_bias keys must be token ids in [0, %d) as strings, got '%.32s'",
+            return srv_bad(v, "logit_bias", "logit_bias keys must be token ids in [0, %d) as strings, got '%.32s'",
                        s->info.vocab_size, key);
         if (!cJSON_IsNumber(e) || !(e->valuedouble >= -100 && e->valuedouble <= 100))
-            return bad(v, "logit_bias", "logit_bias values must be numbers in [-100, 100] (token %ld)", id);
+            return srv_bad(v, "logit_bias", "logit_bias values must be numbers in [-100, 100] (token %ld)", id);
         for (int i = 0; i < k; i++)
-            if (p->bias[i].token == (int32_t)id) return bad(v, "logit_bias", "logit_bias names token %ld twice", id);
+            if (p->bias[i].token == (int32_t)id) return srv_bad(v, "logit_bias", "logit_bias names token %ld twice", id);
         p->bias[k++] = (kvant_logit_bias){(int32_t)id, (float)e->valuedouble};
     }
     p->req.sampling.logit_bias = p->bias;
@@ -370,18 +369,18 @@ static bool parse_stop(cJSON *j, parsed *p, verr *v) {
     cJSON *stop = field(j, "stop");
     if (!stop) return true;
     cJSON *one = cJSON_IsString(stop) ? stop : NULL;
-    if (!one && !cJSON_IsArray(stop)) return bad(v, "stop", "'stop' must be a string or an array of strings");
+    if (!one && !cJSON_IsArray(stop)) return srv_bad(v, "stop", "'stop' must be a string or an array of strings");
     const int n = one ? 1 : cJSON_GetArraySize(stop);
-    if (n > SRV_MAX_STOPS) return bad(v, "stop", "at most %d stop strings (got %d)", SRV_MAX_STOPS, n);
+    if (n > SRV_MAX_STOPS) return srv_bad(v, "stop", "at most %d stop strings (got %d)", SRV_MAX_STOPS, n);
     for (int i = 0; i < n; i++) {
         cJSON *e = one ? one : cJSON_GetArrayItem(stop, i);
-        if (!cJSON_IsString(e)) return bad(v, "stop", "'stop' must be a string or an array of strings");
+        if (!cJSON_IsString(e)) return srv_bad(v, "stop", "'stop' must be a string or an array of strings");
         const size_t len = strlen(e->valuestring);
         if (!len || len > SRV_MAX_STOP_LEN)
-            return bad(v, "stop", "stop strings must have 1 to %d bytes", SRV_MAX_STOP_LEN);
+            return srv_bad(v, "stop", "stop strings must have 1 to %d bytes", SRV_MAX_STOP_LEN);
         if (!(p->stops[p->n_stops] = strdup(e->valuestring))) {
             v->status = 500;
-            return bad(v, NULL, "out of memory");
+            return srv_bad(v, NULL, "out of memory");
         }
         p->n_stops++;
     }
@@ -404,7 +403,7 @@ static bool parse_common(srv *s, cJSON *j, bool chat, parsed *p, verr *v) {
     if (!get_num(j, "max_tokens", 1, 1e9, true, &mt, v)) return false;
     if (chat && !get_num(j, "max_completion_tokens", 1, 1e9, true, &mct, v)) return false;
     if (mt > 0 && mct > 0 && mt != mct)
-        return bad(v, "max_completion_tokens", "max_tokens (%g) and max_completion_tokens (%g) differ; give one",
+        return srv_bad(v, "max_completion_tokens", "max_tokens (%g) and max_completion_tokens (%g) differ; give one",
                    mt, mct);
     x = mt > 0 ? mt : mct;
     p->max_name = mt > 0 || mct <= 0 ? "max_tokens" : "max_completion_tokens";
@@ -424,7 +423,7 @@ static bool parse_common(srv *s, cJSON *j, bool chat, parsed *p, verr *v) {
     if (!get_num(j, "min_p", 0, 1, false, &x, v)) return false;
     sp->min_p = (float)x;
     if (field(j, "repeat_penalty") && field(j, "repetition_penalty"))
-        return bad(v, "repetition_penalty", "give one of repeat_penalty (llama.cpp's name) and repetition_penalty "
+        return srv_bad(v, "repetition_penalty", "give one of repeat_penalty (llama.cpp's name) and repetition_penalty "
                                             "(vLLM's)");
     x = 1;
     if (!get_num(j, "repetition_penalty", 0.01, 10, false, &x, v) ||
@@ -450,18 +449,18 @@ static bool parse_common(srv *s, cJSON *j, bool chat, parsed *p, verr *v) {
     p->n_return = (int)x;
     x = p->n_return;
     if (!get_num(j, "best_of", 1, SRV_MAX_N, true, &x, v)) return false;
-    if (x < p->n_return) return bad(v, "best_of", "best_of (%g) must be at least n (%d)", x, p->n_return);
+    if (x < p->n_return) return srv_bad(v, "best_of", "best_of (%g) must be at least n (%d)", x, p->n_return);
     p->req.n = (int)x;
     if (!get_bool(j, "stream", &p->stream, v)) return false;
     if (p->stream && p->req.n > p->n_return)
-        return bad(v, "best_of", "best_of > n cannot be streamed (the best are known only at the end)");
+        return srv_bad(v, "best_of", "best_of > n cannot be streamed (the best are known only at the end)");
     if (!get_bool(j, "ignore_eos", &p->req.ignore_eos, v)) return false;
     cJSON *so = field(j, "stream_options");
     if (so) {
-        if (!cJSON_IsObject(so)) return bad(v, "stream_options", "'stream_options' must be an object");
+        if (!cJSON_IsObject(so)) return srv_bad(v, "stream_options", "'stream_options' must be an object");
         cJSON *f;
         cJSON_ArrayForEach(f, so) if (strcmp(f->string, "include_usage"))
-            return bad(v, "stream_options", "unrecognized stream_options field '%.64s' (kvant takes include_usage)",
+            return srv_bad(v, "stream_options", "unrecognized stream_options field '%.64s' (kvant takes include_usage)",
                        f->string);
         if (!get_bool(so, "include_usage", &p->include_usage, v)) return false;
     }
@@ -472,7 +471,7 @@ static bool parse_common(srv *s, cJSON *j, bool chat, parsed *p, verr *v) {
         x = 0;
         if (!get_num(j, "top_logprobs", 0, KVANT_MAX_LOGPROBS, true, &x, v)) return false;
         if (field(j, "top_logprobs") && !lp)
-            return bad(v, "top_logprobs", "top_logprobs needs logprobs: true");
+            return srv_bad(v, "top_logprobs", "top_logprobs needs logprobs: true");
         if (lp) p->logprobs = (int)x;
     } else {
         x = -1;
@@ -480,45 +479,45 @@ static bool parse_common(srv *s, cJSON *j, bool chat, parsed *p, verr *v) {
         p->logprobs = (int)x;
         if (!get_bool(j, "echo", &p->echo, v)) return false;
         if (p->echo && p->logprobs >= 0)
-            return bad(v, "echo", "echo with logprobs is not supported (the prompt's logprobs are not computed)");
+            return srv_bad(v, "echo", "echo with logprobs is not supported (the prompt's logprobs are not computed)");
     }
     if (p->logprobs >= 0) p->req.logprobs = p->logprobs > 0 ? p->logprobs : 1;
     if (p->req.n > p->n_return && !p->req.logprobs) p->req.logprobs = 1; /* best_of ranks by them */
     if (!parse_stop(j, p, v)) return false;
     cJSON *model = field(j, "model");
-    if (model && !cJSON_IsString(model)) return bad(v, "model", "'model' must be a string");
+    if (model && !cJSON_IsString(model)) return srv_bad(v, "model", "'model' must be a string");
     return parse_structured(s, j, p, v); /* last: the cheap checks first */
 }
 
 static bool parse_prompt(srv *s, cJSON *j, parsed *p, verr *v) {
     cJSON *pr = cJSON_GetObjectItemCaseSensitive(j, "prompt");
-    if (!pr) return bad(v, "prompt", "'prompt' is required");
+    if (!pr) return srv_bad(v, "prompt", "'prompt' is required");
     if (cJSON_IsArray(pr) && cJSON_GetArraySize(pr) == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(pr, 0)))
         pr = cJSON_GetArrayItem(pr, 0); /* ["text"] or [[ids]] */
     if (cJSON_IsString(pr)) {
-        if (!pr->valuestring[0]) return bad(v, "prompt", "'prompt' is empty");
+        if (!pr->valuestring[0]) return srv_bad(v, "prompt", "'prompt' is empty");
         p->text = strdup(pr->valuestring);
         return true;
     }
     if (cJSON_IsArray(pr)) {
         const int n = cJSON_GetArraySize(pr);
-        if (!n) return bad(v, "prompt", "'prompt' is empty");
+        if (!n) return srv_bad(v, "prompt", "'prompt' is empty");
         if (cJSON_IsString(cJSON_GetArrayItem(pr, 0)) || cJSON_IsArray(cJSON_GetArrayItem(pr, 0)))
-            return bad(v, "prompt", "one prompt per request (got %d)", n);
-        if (n > s->max_ctx) return bad(v, "prompt", "the prompt has %d tokens; the context holds %d", n, s->max_ctx);
+            return srv_bad(v, "prompt", "one prompt per request (got %d)", n);
+        if (n > s->max_ctx) return srv_bad(v, "prompt", "the prompt has %d tokens; the context holds %d", n, s->max_ctx);
         p->ids = malloc((size_t)n * sizeof *p->ids);
-        if (!p->ids) return bad(v, "prompt", "out of memory");
+        if (!p->ids) return srv_bad(v, "prompt", "out of memory");
         for (int i = 0; i < n; i++) {
             cJSON *e = cJSON_GetArrayItem(pr, i);
             if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int)e->valuedouble || e->valueint < 0 ||
                 e->valueint >= s->info.vocab_size)
-                return bad(v, "prompt", "token ids must be integers in [0, %d)", s->info.vocab_size);
+                return srv_bad(v, "prompt", "token ids must be integers in [0, %d)", s->info.vocab_size);
             p->ids[i] = e->valueint;
         }
         p->n_ids = n;
         return true;
     }
-    return bad(v, "prompt", "'prompt' must be a string, an array of token ids or an array of one string");
+    return srv_bad(v, "prompt", "'prompt' must be a string, an array of token ids or an array of one string");
 }
 
 /* ---- messages and tools ------------------------------------------------------------
@@ -541,38 +540,38 @@ static bool parse_prompt(srv *s, cJSON *j, parsed *p, verr *v) {
  * with it, as the templates do (Qwen's writes the whole tool, Mistral's
  * leaves out "return"). */
 static bool check_tools(cJSON *tools, verr *v) {
-    if (!cJSON_IsArray(tools)) return bad(v, "tools", "'tools' must be an array");
+    if (!cJSON_IsArray(tools)) return srv_bad(v, "tools", "'tools' must be an array");
     const int n = cJSON_GetArraySize(tools);
-    if (n > 128) return bad(v, "tools", "'tools' has %d tools; at most 128", n);
+    if (n > 128) return srv_bad(v, "tools", "'tools' has %d tools; at most 128", n);
     int i = 0;
     cJSON *t, *f;
     cJSON_ArrayForEach(t, tools) {
-        if (!cJSON_IsObject(t)) return bad(v, "tools", "tools[%d] must be an object", i);
+        if (!cJSON_IsObject(t)) return srv_bad(v, "tools", "tools[%d] must be an object", i);
         cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type"), *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))
-            return bad(v, "tools", "tools[%d].type must be \"function\"", i);
-        if (!cJSON_IsObject(fn)) return bad(v, "tools", "tools[%d].function must be an object", i);
+            return srv_bad(v, "tools", "tools[%d].type must be \"function\"", i);
+        if (!cJSON_IsObject(fn)) return srv_bad(v, "tools", "tools[%d].function must be an object", i);
         cJSON_ArrayForEach(f, fn) { /* other keys go to the template with the rest (Mistral's leaves out "return") */
             if (!strcmp(f->string, "description") && !cJSON_IsString(f) && !cJSON_IsNull(f))
-                return bad(v, "tools", "tools[%d].function.description must be a string", i);
+                return srv_bad(v, "tools", "tools[%d].function.description must be a string", i);
             if (!strcmp(f->string, "parameters") && !cJSON_IsObject(f) && !cJSON_IsNull(f))
-                return bad(v, "tools", "tools[%d].function.parameters must be an object (a JSON Schema)", i);
+                return srv_bad(v, "tools", "tools[%d].function.parameters must be an object (a JSON Schema)", i);
             if (!strcmp(f->string, "strict") && !cJSON_IsBool(f) && !cJSON_IsNull(f))
-                return bad(v, "tools", "tools[%d].function.strict must be a boolean", i);
+                return srv_bad(v, "tools", "tools[%d].function.strict must be a boolean", i);
         }
         cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
-        if (!cJSON_IsString(name)) return bad(v, "tools", "tools[%d].function.name is required (a string)", i);
+        if (!cJSON_IsString(name)) return srv_bad(v, "tools", "tools[%d].function.name is required (a string)", i);
         const char *s = name->valuestring;
         size_t len = 0;
         while (s[len] && ((s[len] >= 'a' && s[len] <= 'z') || (s[len] >= 'A' && s[len] <= 'Z') ||
                           (s[len] >= '0' && s[len] <= '9') || s[len] == '_' || s[len] == '-'))
             len++;
         if (!len || s[len] || len > 64)
-            return bad(v, "tools", "tools[%d].function.name '%.80s' must be 1 to 64 of a-z, A-Z, 0-9, _ and -", i, s);
+            return srv_bad(v, "tools", "tools[%d].function.name '%.80s' must be 1 to 64 of a-z, A-Z, 0-9, _ and -", i, s);
         for (int k = 0; k < i; k++)
             if (!strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(tools, k),
                                                                                           "function"), "name")->valuestring, s))
-                return bad(v, "tools", "tools[%d].function.name '%s' is tools[%d]'s too", i, s, k);
+                return srv_bad(v, "tools", "tools[%d].function.name '%s' is tools[%d]'s too", i, s, k);
         i++;
     }
     return true;
@@ -580,21 +579,21 @@ static bool check_tools(cJSON *tools, verr *v) {
 
 /* an assistant message's tool_calls (messages[i]) */
 static bool check_tool_calls(cJSON *tc, int i, verr *v) {
-    if (!cJSON_IsArray(tc)) return bad(v, "messages", "messages[%d]: tool_calls is not a JSON array of objects", i);
+    if (!cJSON_IsArray(tc)) return srv_bad(v, "messages", "messages[%d]: tool_calls is not a JSON array of objects", i);
     int k = 0;
     cJSON *c;
     cJSON_ArrayForEach(c, tc) {
         cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id"), *type = cJSON_GetObjectItemCaseSensitive(c, "type"),
               *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
         cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name"), *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
-        if (!cJSON_IsObject(c)) return bad(v, "messages", "messages[%d].tool_calls[%d] must be an object", i, k);
-        if (!cJSON_IsString(id)) return bad(v, "messages", "messages[%d].tool_calls[%d].id must be a string", i, k);
+        if (!cJSON_IsObject(c)) return srv_bad(v, "messages", "messages[%d].tool_calls[%d] must be an object", i, k);
+        if (!cJSON_IsString(id)) return srv_bad(v, "messages", "messages[%d].tool_calls[%d].id must be a string", i, k);
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))
-            return bad(v, "messages", "messages[%d].tool_calls[%d].type must be \"function\"", i, k);
+            return srv_bad(v, "messages", "messages[%d].tool_calls[%d].type must be \"function\"", i, k);
         if (!cJSON_IsObject(fn) || !cJSON_IsString(name))
-            return bad(v, "messages", "messages[%d].tool_calls[%d].function.name must be a string", i, k);
+            return srv_bad(v, "messages", "messages[%d].tool_calls[%d].function.name must be a string", i, k);
         if (!cJSON_IsString(args))
-            return bad(v, "messages", "messages[%d].tool_calls[%d].function.arguments must be a string (the JSON text "
+            return srv_bad(v, "messages", "messages[%d].tool_calls[%d].function.arguments must be a string (the JSON text "
                        "of the arguments, as OpenAI sends it)", i, k);
         k++;
     }
@@ -607,21 +606,21 @@ static bool message_text(cJSON *content, int i, char **own, const char **out, ve
         *out = content->valuestring;
         return true;
     }
-    if (!cJSON_IsArray(content)) return bad(v, "messages", "messages[%d] needs a string 'content'", i);
+    if (!cJSON_IsArray(content)) return srv_bad(v, "messages", "messages[%d] needs a string 'content'", i);
     size_t len = 0; /* [{"type":"text","text":...}, ...] */
     cJSON *part;
     cJSON_ArrayForEach(part, content) {
         cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text"), *type = cJSON_GetObjectItemCaseSensitive(part, "type");
         if (cJSON_IsString(type) && strcmp(type->valuestring, "text"))
-            return bad(v, "messages", "messages[%d]: content parts of type '%.32s' are not supported (text only)", i,
+            return srv_bad(v, "messages", "messages[%d]: content parts of type '%.32s' are not supported (text only)", i,
                        type->valuestring);
-        if (!cJSON_IsString(t)) return bad(v, "messages", "messages[%d]: only text content parts are supported", i);
+        if (!cJSON_IsString(t)) return srv_bad(v, "messages", "messages[%d]: only text content parts are supported", i);
         len += strlen(t->valuestring);
     }
     char *buf = *own = malloc(len + 1);
     if (!buf) {
         v->status = 500;
-        return bad(v, NULL, "out of memory");
+        return srv_bad(v, NULL, "out of memory");
     }
     buf[0] = 0;
     cJSON_ArrayForEach(part, content) strcat(buf, cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring);
@@ -633,14 +632,14 @@ static bool message_text(cJSON *content, int i, char **own, const char **out, ve
  * JSON text; the caller frees both); *any when it says something */
 static bool read_message(cJSON *m, int i, kvant_chat_msg *out, char **own, char **calls, bool *any, verr *v) {
     cJSON *role = cJSON_IsObject(m) ? cJSON_GetObjectItemCaseSensitive(m, "role") : NULL;
-    if (!cJSON_IsString(role)) return bad(v, "messages", "messages[%d] needs a string 'role'", i);
+    if (!cJSON_IsString(role)) return srv_bad(v, "messages", "messages[%d] needs a string 'role'", i);
     const char *r = role->valuestring;
     if (!strcmp(r, "function"))
-        return bad(v, "messages", "messages[%d]: role 'function' (deprecated by OpenAI) is not supported: use role "
+        return srv_bad(v, "messages", "messages[%d]: role 'function' (deprecated by OpenAI) is not supported: use role "
                    "'tool' with tool_call_id", i);
     if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "developer") &&
         strcmp(r, "tool"))
-        return bad(v, "messages", "messages[%d]: unknown role '%.32s'", i, r);
+        return srv_bad(v, "messages", "messages[%d]: unknown role '%.32s'", i, r);
     const bool tool = !strcmp(r, "tool"), assistant = !strcmp(r, "assistant");
     cJSON *f;
     cJSON_ArrayForEach(f, m) {
@@ -649,35 +648,35 @@ static bool read_message(cJSON *m, int i, kvant_chat_msg *out, char **own, char 
         if ((assistant && !strcmp(k, "tool_calls")) || (tool && (!strcmp(k, "tool_call_id") || !strcmp(k, "name"))))
             continue;
         if (!strcmp(k, "function_call"))
-            return bad(v, "messages", "messages[%d].function_call (deprecated by OpenAI) is not supported: use "
+            return srv_bad(v, "messages", "messages[%d].function_call (deprecated by OpenAI) is not supported: use "
                        "tool_calls", i);
         if (!strcmp(k, "name"))
-            return bad(v, "messages", "messages[%d].name is not supported (the chat templates do not render it)",
+            return srv_bad(v, "messages", "messages[%d].name is not supported (the chat templates do not render it)",
                        i);
         if (!strcmp(k, "tool_calls"))
-            return bad(v, "messages", "messages[%d].tool_calls: only assistant messages carry tool calls", i);
+            return srv_bad(v, "messages", "messages[%d].tool_calls: only assistant messages carry tool calls", i);
         if (!strcmp(k, "tool_call_id"))
-            return bad(v, "messages", "messages[%d].tool_call_id: only tool messages answer a call", i);
-        return bad(v, "messages", "messages[%d]: unrecognized field '%.64s'", i, k);
+            return srv_bad(v, "messages", "messages[%d].tool_call_id: only tool messages answer a call", i);
+        return srv_bad(v, "messages", "messages[%d]: unrecognized field '%.64s'", i, k);
     }
     cJSON *content = field(m, "content"), *tc = field(m, "tool_calls"), *id = field(m, "tool_call_id"),
           *name = field(m, "name");
     if (tc && !check_tool_calls(tc, i, v)) return false;
     const bool has_calls = tc && cJSON_GetArraySize(tc) > 0;
     if (tool && !cJSON_IsString(id))
-        return bad(v, "messages", "messages[%d]: a tool message needs a string 'tool_call_id' (the id of the call it "
+        return srv_bad(v, "messages", "messages[%d]: a tool message needs a string 'tool_call_id' (the id of the call it "
                    "answers)", i);
-    if (name && !cJSON_IsString(name)) return bad(v, "messages", "messages[%d].name must be a string", i);
+    if (name && !cJSON_IsString(name)) return srv_bad(v, "messages", "messages[%d].name must be a string", i);
     *out = (kvant_chat_msg){strcmp(r, "developer") ? r : "system", NULL, NULL, id ? id->valuestring : NULL,
                             name ? name->valuestring : NULL};
     if (content) {
         if (!message_text(content, i, own, &out->content, v)) return false;
     } else if (!has_calls) {
-        return bad(v, "messages", "messages[%d] needs a string 'content'", i);
+        return srv_bad(v, "messages", "messages[%d] needs a string 'content'", i);
     }
     if (tc && !(out->tool_calls_json = *calls = cJSON_PrintUnformatted(tc))) {
         v->status = 500;
-        return bad(v, NULL, "out of memory");
+        return srv_bad(v, NULL, "out of memory");
     }
     if ((out->content && out->content[0]) || has_calls) *any = true;
     return true;
@@ -689,23 +688,23 @@ static bool read_message(cJSON *m, int i, kvant_chat_msg *out, char **own, char 
  * the reply is then content whatever it holds) */
 static bool parse_messages(srv *s, cJSON *j, parsed *p, verr *v, bool add_assistant) {
     cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "messages"), *tools = field(j, "tools");
-    if (!ms) return bad(v, "messages", "'messages' is required");
-    if (!cJSON_IsArray(ms)) return bad(v, "messages", "'messages' must be an array");
+    if (!ms) return srv_bad(v, "messages", "'messages' is required");
+    if (!cJSON_IsArray(ms)) return srv_bad(v, "messages", "'messages' must be an array");
     const int n = cJSON_GetArraySize(ms);
-    if (!n) return bad(v, "messages", "'messages' is empty");
-    if (n > 4096) return bad(v, "messages", "too many messages");
+    if (!n) return srv_bad(v, "messages", "'messages' is empty");
+    if (n > 4096) return srv_bad(v, "messages", "too many messages");
     if (tools && !check_tools(tools, v)) return false;
     kvant_chat_msg *msg = calloc((size_t)n, sizeof *msg);
     char **own = calloc((size_t)n, sizeof *own), **calls = calloc((size_t)n, sizeof *calls);
     char *tools_json = tools ? cJSON_PrintUnformatted(tools) : NULL;
     bool ok = msg && own && calls && (!tools || tools_json), any = false;
-    if (!ok) v->status = 500, bad(v, NULL, "out of memory");
+    if (!ok) v->status = 500, srv_bad(v, NULL, "out of memory");
     for (int i = 0; ok && i < n; i++) ok = read_message(cJSON_GetArrayItem(ms, i), i, &msg[i], &own[i], &calls[i], &any, v);
-    if (ok && !any) ok = bad(v, "messages", "every message is empty");
+    if (ok && !any) ok = srv_bad(v, "messages", "every message is empty");
     kvant_status st;
     if (ok && !(p->text = kvant_chat_render_tools(s->chat_kind, msg, n, tools_json, add_assistant, &st))) {
         if (st.code == KVANT_ERR_NOMEM) v->status = 500;
-        ok = bad(v, "messages", "%s", st.msg);
+        ok = srv_bad(v, "messages", "%s", st.msg);
     }
     cJSON *tc = field(j, "tool_choice");
     p->tool_calls = ok && tools && cJSON_GetArraySize(tools) > 0 &&
@@ -734,15 +733,15 @@ static bool parse_tool_choice(srv *s, cJSON *j, parsed *p, verr *v) {
                                            cJSON_GetObjectItemCaseSensitive(tc, "function"), "name")
                                      : NULL;
     if (!cJSON_IsArray(tools) || !cJSON_GetArraySize(tools))
-        return bad(v, "tool_choice", "tool_choice %s needs tools to call; 'tools' is %s",
+        return srv_bad(v, "tool_choice", "tool_choice %s needs tools to call; 'tools' is %s",
                    name ? "naming a function" : "\"required\"", tools ? "empty" : "absent");
     if (p->req.grammar)
-        return bad(v, "tool_choice", "tool_choice %s holds the reply to a tool call, and response_format / grammar / "
+        return srv_bad(v, "tool_choice", "tool_choice %s holds the reply to a tool call, and response_format / grammar / "
                    "json_schema constrain it too; give one", name ? "naming a function" : "\"required\"");
     char *tools_json = cJSON_PrintUnformatted(tools);
     if (!tools_json) {
         v->status = 500;
-        return bad(v, NULL, "out of memory");
+        return srv_bad(v, NULL, "out of memory");
     }
     kvant_status st;
     int bad_tool = -1;
@@ -753,12 +752,12 @@ static bool parse_tool_choice(srv *s, cJSON *j, parsed *p, verr *v) {
     if (st.code == KVANT_ERR_NOMEM) v->status = 500;
     if (bad_tool >= 0) {
         v->code = st.code == KVANT_ERR_UNSUPPORTED ? "unsupported_schema" : "invalid_schema";
-        return bad(v, "tools", "%s", st.msg);
+        return srv_bad(v, "tools", "%s", st.msg);
     }
     if (st.code == KVANT_ERR_UNSUPPORTED)
-        return bad(v, "tool_choice", "tool_choice %s is not supported with the chat template %s: %s",
+        return srv_bad(v, "tool_choice", "tool_choice %s is not supported with the chat template %s: %s",
                    name ? "naming a function" : "\"required\"", kvant_chat_template_name(s->chat_kind), st.msg);
-    return bad(v, "tool_choice", "tool_choice: %s", st.msg);
+    return srv_bad(v, "tool_choice", "tool_choice: %s", st.msg);
 }
 
 /* the prompt's tokens (BOS first; chat: special tokens too, BOS not
@@ -769,13 +768,13 @@ static bool prepare_prompt(srv *s, bool chat, parsed *p, verr *v) {
         p->tok = malloc((size_t)(s->max_ctx + 1) * sizeof *p->tok);
         if (!p->tok) {
             v->status = 500;
-            return bad(v, NULL, "out of memory");
+            return srv_bad(v, NULL, "out of memory");
         }
         n_prompt = chat ? kvant_chat_tokenize(s->m, p->text, strlen(p->text), p->tok, s->max_ctx + 1)
                         : kvant_tokenize(s->m, p->text, strlen(p->text), true, p->tok, s->max_ctx + 1);
         if (n_prompt == INT_MIN) {
             v->status = 500;
-            return bad(v, NULL, "out of memory");
+            return srv_bad(v, NULL, "out of memory");
         }
         if (n_prompt < 0) n_prompt = -n_prompt;
     } else
@@ -783,7 +782,7 @@ static bool prepare_prompt(srv *s, bool chat, parsed *p, verr *v) {
     p->n_prompt = n_prompt;
     if (n_prompt >= s->max_ctx) {
         v->code = "context_length_exceeded";
-        return bad(v, chat ? "messages" : "prompt",
+        return srv_bad(v, chat ? "messages" : "prompt",
                    "the prompt has %d tokens; the context holds %d, with room for at least one new token", n_prompt,
                    s->max_ctx);
     }
@@ -792,7 +791,7 @@ static bool prepare_prompt(srv *s, bool chat, parsed *p, verr *v) {
         p->req.max_tokens = s->max_ctx - n_prompt < def ? s->max_ctx - n_prompt : def;
     } else if (n_prompt + p->req.max_tokens > s->max_ctx) {
         v->code = "context_length_exceeded";
-        return bad(v, p->max_name, "%s %d + %d prompt tokens exceed the context of %d tokens", p->max_name,
+        return srv_bad(v, p->max_name, "%s %d + %d prompt tokens exceed the context of %d tokens", p->max_name,
                    p->req.max_tokens, n_prompt, s->max_ctx);
     }
     return true;
@@ -817,7 +816,7 @@ static bool prepare_echo(srv *s, parsed *p, verr *v) {
     }
     if (!p->echo_text) {
         v->status = 500;
-        return bad(v, NULL, "out of memory");
+        return srv_bad(v, NULL, "out of memory");
     }
     return true;
 }
@@ -828,7 +827,7 @@ static bool check_model(srv *s, cJSON *j, verr *v) {
     if (cJSON_IsString(model) && strcmp(model->valuestring, s->model_id)) {
         v->status = 404;
         v->code = "model_not_found";
-        return bad(v, "model", "the model '%.200s' does not exist (this server has '%s')", model->valuestring,
+        return srv_bad(v, "model", "the model '%.200s' does not exist (this server has '%s')", model->valuestring,
                    s->model_id);
     }
     return true;
@@ -865,7 +864,7 @@ static bool only_fields(cJSON *j, const char *const *allowed, verr *v) {
         while (*a && strcmp(*a, f->string)) a++;
         if (!*a) {
             v->code = "unknown_field";
-            return bad(v, f->string, "unrecognized request argument supplied: '%.64s'", f->string);
+            return srv_bad(v, f->string, "unrecognized request argument supplied: '%.64s'", f->string);
         }
     }
     return true;
@@ -878,7 +877,7 @@ bool srv_validate_tokenize(srv *s, cJSON *j, parsed *p, verr *v) {
     static const char *const allowed[] = {"content", "add_special", "parse_special", "with_pieces", "model", NULL};
     if (!only_fields(j, allowed, v)) return false;
     cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "content");
-    if (!cJSON_IsString(c)) return bad(v, "content", "'content' must be a string");
+    if (!cJSON_IsString(c)) return srv_bad(v, "content", "'content' must be a string");
     p->add_special = false;
     p->parse_special = true;
     if (!get_bool(j, "add_special", &p->add_special, v) || !get_bool(j, "parse_special", &p->parse_special, v) ||
@@ -886,7 +885,7 @@ bool srv_validate_tokenize(srv *s, cJSON *j, parsed *p, verr *v) {
         return false;
     if (!(p->text = strdup(c->valuestring))) {
         v->status = 500;
-        return bad(v, NULL, "out of memory");
+        return srv_bad(v, NULL, "out of memory");
     }
     return true;
 }
@@ -896,17 +895,17 @@ bool srv_validate_detokenize(srv *s, cJSON *j, parsed *p, verr *v) {
     static const char *const allowed[] = {"tokens", "model", NULL};
     if (!only_fields(j, allowed, v)) return false;
     cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokens");
-    if (!cJSON_IsArray(t)) return bad(v, "tokens", "'tokens' must be an array of token ids");
+    if (!cJSON_IsArray(t)) return srv_bad(v, "tokens", "'tokens' must be an array of token ids");
     const int n = cJSON_GetArraySize(t);
     if (n && !(p->ids = malloc((size_t)n * sizeof *p->ids))) {
         v->status = 500;
-        return bad(v, NULL, "out of memory");
+        return srv_bad(v, NULL, "out of memory");
     }
     cJSON *e;
     cJSON_ArrayForEach(e, t) {
         if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0 && e->valuedouble < s->info.vocab_size) ||
             e->valuedouble != (double)(int)e->valuedouble)
-            return bad(v, "tokens", "token ids must be integers in [0, %d); tokens[%d] is not", s->info.vocab_size,
+            return srv_bad(v, "tokens", "token ids must be integers in [0, %d); tokens[%d] is not", s->info.vocab_size,
                        p->n_ids);
         p->ids[p->n_ids++] = (int32_t)e->valuedouble;
     }
