@@ -572,30 +572,6 @@ static void test_logprobs(void **state) {
     kvant_engine_free(e);
 }
 
-/* the plain path with a sampler: tokens until EOS (not stored) or ng */
-static int sampled_seq(const int32_t *prompt, int np, int ng, const kvant_sampling *sp, int32_t *out) {
-    kvant_status st;
-    kvant_seq *s = kvant_seq_new(g_m, 512, &st);
-    kvant_sampler *smp = kvant_sampler_new(sp, V, &st);
-    assert_non_null(s);
-    assert_non_null(smp);
-    for (int i = 0; i < np; i++) kvant_sampler_accept(smp, prompt[i]);
-    float *lg = malloc(sizeof(float) * V);
-    assert_int_equal(kvant_forward(s, prompt, np, lg, false, &st), KVANT_OK);
-    int n = 0;
-    while (n < ng) {
-        const int32_t t = kvant_sampler_sample(smp, lg);
-        kvant_sampler_accept(smp, t);
-        if (t == 2) break; /* EOS of stories260K */
-        out[n++] = t;
-        if (n < ng) assert_int_equal(kvant_forward(s, &t, 1, lg, false, &st), KVANT_OK);
-    }
-    free(lg);
-    kvant_sampler_free(smp);
-    kvant_seq_free(s);
-    return n;
-}
-
 /* Sampling (temperature 1, a seed) in the engine gives what a kvant_sampler
  * with the same settings gives on the plain path; without ignore_eos a
  * sample stops at the end-of-sequence token, which is not reported (finish
@@ -615,7 +591,7 @@ static void test_sampling_and_eos(void **state) {
     int want = N, eos_runs = 0;
     for (uint64_t seed = 1; seed <= 3; seed++) {
         q.sampling.seed = seed;
-        want = sampled_seq(g_prompt[0], g_np[0], N, &q.sampling, ref);
+        want = plain_sampled(g_m, g_prompt[0], g_np[0], N, &q.sampling, 2 /* EOS of stories260K */, ref);
         kvant_status st;
         kvant_engine *e = kvant_engine_new(g_m, &(kvant_engine_params){.max_ctx = 512}, &st);
         /* a neighbour request so the step batches two sequences */

@@ -25,27 +25,6 @@ static int g_np[8];
 
 enum { NG = 40 };
 
-/* the plain path: the prompt accepted, then sample / accept / forward */
-static int plain(const int32_t *prompt, int np, int ng, const kvant_sampling *sp, int32_t *out) {
-    kvant_status st;
-    kvant_seq *s = kvant_seq_new(g_m, 512, &st);
-    kvant_sampler *smp = kvant_sampler_new(sp, V, &st);
-    assert_non_null(s);
-    assert_non_null(smp);
-    for (int i = 0; i < np; i++) kvant_sampler_accept(smp, prompt[i]);
-    float *lg = malloc(sizeof(float) * V);
-    assert_int_equal(kvant_forward(s, prompt, np, lg, false, &st), KVANT_OK);
-    for (int n = 0; n < ng; n++) {
-        out[n] = kvant_sampler_sample(smp, lg);
-        kvant_sampler_accept(smp, out[n]);
-        if (n + 1 < ng) assert_int_equal(kvant_forward(s, &out[n], 1, lg, false, &st), KVANT_OK);
-    }
-    free(lg);
-    kvant_sampler_free(smp);
-    kvant_seq_free(s);
-    return ng;
-}
-
 static kvant_sampling penalized(uint64_t seed, const kvant_logit_bias *lb, int n_lb) {
     kvant_sampling s = kvant_sampling_default();
     s.temperature = 1.0f;
@@ -124,7 +103,7 @@ static void test_engine_matches_plain(void **state) {
     for (int r = 0; r < 8; r++) {
         q[r] = (kvant_request){.sampling = penalized(100 + (uint64_t)r, lb, r % 2 ? 3 : 0), .max_tokens = NG,
                                .ignore_eos = true};
-        plain(g_prompt[r], g_np[r], NG, &q[r].sampling, want[r]);
+        plain_sampled(g_m, g_prompt[r], g_np[r], NG, &q[r].sampling, -1, want[r]); /* NG tokens, EOS too */
     }
     kvant_engine_params p = kvant_engine_default();
     p.max_ctx = 128;
@@ -157,7 +136,7 @@ static void test_forks(void **state) {
     for (int i = 0; i < 3; i++) {
         kvant_sampling sp = q.sampling;
         sp.seed += (uint64_t)i;
-        plain(g_prompt[0], g_np[0], NG, &sp, want);
+        plain_sampled(g_m, g_prompt[0], g_np[0], NG, &sp, -1, want);
         assert_memory_equal(got[i], want, sizeof want);
     }
 }

@@ -19,130 +19,23 @@
 #include <unistd.h>
 
 #include "server/server.h"
+#include "server_util.h"
 #include "testutil.h"
 
 #define KEY "test-key-123"
 
-typedef struct {
-    pid_t pid;
-    int port;
-    char log[256];
-} server_proc;
-
 static server_proc g_srv;  /* with --api-key KEY */
 static pid_t g_extra;      /* a second server a test runs; killed in teardown if a test failed */
 
-/* starts `kvant serve --port 0 ARGS` and reads the port from its log */
-static server_proc start_server(const char *args, const char *logname) {
-    server_proc s = {0};
-    snprintf(s.log, sizeof s.log, "%s", tmp_path(logname));
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "exec %s serve -m %s --port 0 -t 1 %s >/dev/null 2>%s", KVANT_BIN,
-             shared_path("models/stories260K.gguf"), args, s.log);
-    unlink(s.log);
-    s.pid = fork();
-    if (s.pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 300 && !s.port; i++) { /* up to 30 s (ASan) */
-        usleep(100000);
-        FILE *f = fopen(s.log, "r");
-        if (!f) continue;
-        char line[512];
-        while (fgets(line, sizeof line, f)) {
-            const char *p = strstr(line, "http://127.0.0.1:");
-            if (p) s.port = atoi(p + 17);
-        }
-        fclose(f);
-    }
+/* `kvant serve` with stories260K and ARGS, started or the test fails */
+static server_proc start_stories(const char *args, const char *logname) {
+    server_proc s = start_server(shared_path("models/stories260K.gguf"), args, logname);
     assert_true(s.port > 0);
     return s;
 }
 
-static int stop_server(server_proc *s) {
-    kill(s->pid, SIGTERM);
-    int st = 0;
-    waitpid(s->pid, &st, 0);
-    return st;
-}
-
-/* ---- HTTP helpers ----------------------------------------------------------------- */
-typedef struct {
-    char *p;
-    size_t n;
-    size_t abort_after;  /* > 0: stop reading (disconnect) after this many bytes */
-    char retry_after[32];
-} buf;
-
-static size_t on_body(char *d, size_t sz, size_t nm, void *u) {
-    buf *b = u;
-    size_t n = sz * nm;
-    b->p = realloc(b->p, b->n + n + 1);
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    if (b->abort_after && b->n >= b->abort_after) return 0;
-    return n;
-}
-
-static size_t on_header(char *d, size_t sz, size_t nm, void *u) {
-    buf *b = u;
-    size_t n = sz * nm;
-    if (n > 13 && !strncasecmp(d, "Retry-After:", 12)) snprintf(b->retry_after, sizeof b->retry_after, "%.*s", (int)(n - 12), d + 12);
-    return n;
-}
-
-static CURL *make(int port, const char *method, const char *path, const char *body, const char *key, buf *b,
-                  struct curl_slist **hd) {
-    char url[256];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
-    CURL *h = curl_easy_init();
-    *hd = curl_slist_append(NULL, "Content-Type: application/json");
-    if (key) {
-        char a[128];
-        snprintf(a, sizeof a, "Authorization: Bearer %s", key);
-        *hd = curl_slist_append(*hd, a);
-    }
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, *hd);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    if (body) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-    }
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, b);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, b);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, 120L);
-    return h;
-}
-
-static long http(int port, const char *method, const char *path, const char *body, const char *key, buf *b) {
-    struct curl_slist *hd;
-    memset(b, 0, sizeof *b);
-    CURL *h = make(port, method, path, body, key, b, &hd);
-    long code = 0;
-    curl_easy_perform(h);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hd);
-    if (!b->p) b->p = calloc(1, 1);
-    return code;
-}
-
 /* POSTs to the keyed server, expects 200 and JSON */
-static cJSON *post_ok(const char *path, const char *body) {
-    buf b;
-    long code = http(g_srv.port, "POST", path, body, KEY, &b);
-    if (code != 200) fprintf(stderr, "POST %s %s -> %ld %s\n", path, body, code, b.p);
-    assert_int_equal(code, 200);
-    cJSON *j = cJSON_Parse(b.p);
-    assert_non_null(j);
-    free(b.p);
-    return j;
-}
+static cJSON *post_ok(const char *path, const char *body) { return post_json(g_srv.port, path, body, KEY); }
 
 static const char *jstr(cJSON *j, const char *path) { /* "choices.0.text" */
     char tmp[128];
@@ -234,7 +127,7 @@ static void test_stop_scan(void **state) {
 /* ---- endpoints ------------------------------------------------------------------ */
 static void test_health_models_metrics(void **state) {
     (void)state;
-    buf b;
+    http_buf b;
     assert_int_equal(http(g_srv.port, "GET", "/health", NULL, NULL, &b), 200);
     assert_non_null(strstr(b.p, "\"ok\""));
     free(b.p);
@@ -262,7 +155,7 @@ static void test_health_models_metrics(void **state) {
  * (tests/node/test_chat_page.mjs) */
 static void test_chat_page(void **state) {
     (void)state;
-    buf b;
+    http_buf b;
     assert_int_equal(http(g_srv.port, "GET", "/", NULL, NULL, &b), 200);
     assert_non_null(strstr(b.p, "<!doctype html>"));
     assert_non_null(strstr(b.p, "/v1/chat/completions"));
@@ -298,7 +191,7 @@ static void test_completion_and_stream_agree(void **state) {
     assert_int_equal((int)jnum(j, "usage.total_tokens"), 24 + (int)jnum(j, "usage.prompt_tokens"));
     const char *text = jstr(j, "choices.0.text");
     assert_true(strlen(text) > 10);
-    buf b;
+    http_buf b;
     assert_int_equal(http(g_srv.port, "POST", "/v1/completions",
                           "{\"prompt\":\"Once upon a time\",\"max_tokens\":24,\"temperature\":0,\"stream\":true,"
                           "\"stream_options\":{\"include_usage\":true}}",
@@ -326,7 +219,7 @@ static void test_chat(void **state) {
     assert_string_equal(jstr(j, "choices.0.message.role"), "assistant");
     const char *text = jstr(j, "choices.0.message.content");
     assert_non_null(text);
-    buf b;
+    http_buf b;
     snprintf(req, sizeof req, body, ",\"stream\":true");
     assert_int_equal(http(g_srv.port, "POST", "/v1/chat/completions", req, KEY, &b), 200);
     assert_non_null(strstr(b.p, "\"object\":\"chat.completion.chunk\""));
@@ -351,7 +244,7 @@ static void test_n_samples(void **state) {
     assert_int_equal((int)jnum(j, "usage.completion_tokens"), 36);
     cJSON_Delete(j);
     /* streamed n > 1: every index ends with a finish_reason */
-    buf b;
+    http_buf b;
     assert_int_equal(http(g_srv.port, "POST", "/v1/completions",
                           "{\"prompt\":\"The dog\",\"max_tokens\":8,\"n\":2,\"stream\":true,\"ignore_eos\":true}", KEY, &b),
                      200);
@@ -383,7 +276,7 @@ static void test_stop_and_logprobs(void **state) {
     cJSON_Delete(j);
     snprintf(req, sizeof req,
              "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop\":\"%s\",\"stream\":true}", stop);
-    buf b;
+    http_buf b;
     assert_int_equal(http(g_srv.port, "POST", "/v1/completions", req, KEY, &b), 200);
     const char *fin = NULL;
     char *st = sse_text(b.p, 0, "text", &fin, NULL);
@@ -491,7 +384,7 @@ static void test_stop_array(void **state) {
     assert_int_equal(strlen(t), (size_t)(w2 - full));
     assert_memory_equal(t, full, strlen(t));
     free(t);
-    buf b; /* streamed the same */
+    http_buf b; /* streamed the same */
     assert_int_equal(http(g_srv.port, "POST", "/v1/completions",
                           "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stream\":true,"
                           "\"stop\":[\" named\",\" girl\"]}", KEY, &b), 200);
@@ -512,7 +405,7 @@ static void test_echo(void **state) {
     char want[512];
     snprintf(want, sizeof want, "Once upon a time%s", plain);
     assert_string_equal(echo, want);
-    buf b;
+    http_buf b;
     assert_int_equal(http(g_srv.port, "POST", "/v1/completions",
                           "{\"prompt\":\"Once upon a time\",\"max_tokens\":10,\"temperature\":0,\"echo\":true,"
                           "\"stream\":true}", KEY, &b), 200);
@@ -634,7 +527,7 @@ static void test_field_rules(void **state) {
         {"/detokenize", "{\"tokens\":[1.5]}", "tokens"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
-        buf b;
+        http_buf b;
         const long code = http(g_srv.port, "POST", refused[i].path, refused[i].body, KEY, &b);
         cJSON *j = cJSON_Parse(b.p);
         const char *param = j ? jstr(j, "error.param") : NULL, *msg = j ? jstr(j, "error.message") : NULL;
@@ -753,7 +646,7 @@ static void test_structured(void **state) {
         cJSON_Delete(j);
     }
     /* streamed, n 2: each choice's deltas add up to a valid reply ending in "stop" */
-    buf sb;
+    http_buf sb;
     assert_int_equal(http(g_srv.port, "POST", "/v1/chat/completions",
                           "{\"messages\":[{\"role\":\"user\",\"content\":\"A pet\"}],\"n\":2,\"seed\":5,"
                           "\"stream\":true,\"max_tokens\":200,\"response_format\":{\"type\":\"json_schema\","
@@ -825,7 +718,7 @@ static void test_structured(void **state) {
          "invalid_grammar", "GBNF line 1"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
-        buf b;
+        http_buf b;
         const long code = http(g_srv.port, "POST", refused[i].path, refused[i].body, KEY, &b);
         cJSON *e = cJSON_Parse(b.p);
         const char *param = e ? jstr(e, "error.param") : NULL, *msg = e ? jstr(e, "error.message") : NULL,
@@ -892,7 +785,7 @@ static void test_tokenize_detokenize(void **state) {
     assert_string_equal(jstr(d, "content"), "");
     cJSON_Delete(d);
     /* the key, the method */
-    buf b;
+    http_buf b;
     assert_int_equal(http(g_srv.port, "POST", "/tokenize", "{\"content\":\"x\"}", NULL, &b), 401);
     free(b.p);
     assert_int_equal(http(g_srv.port, "GET", "/detokenize", NULL, KEY, &b), 405);
@@ -930,7 +823,7 @@ static void test_errors(void **state) {
         {"GET", "/index.html", NULL, NULL, 404, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        buf b;
+        http_buf b;
         long code = http(g_srv.port, cases[i].method, cases[i].path, cases[i].body, cases[i].key, &b);
         if (code != cases[i].status) fprintf(stderr, "case %zu: %s -> %ld %s\n", i, cases[i].body, code, b.p);
         assert_int_equal(code, cases[i].status);
@@ -948,7 +841,7 @@ static void test_errors(void **state) {
     int k = sprintf(big, "{\"prompt\":\"");
     for (size_t i = 0; i < n / 4; i++) k += sprintf(big + k, "%s", "cat ");
     sprintf(big + k, "\"}");
-    buf b;
+    http_buf b;
     assert_int_equal(http(g_srv.port, "POST", "/v1/completions", big, KEY, &b), 400);
     assert_non_null(strstr(b.p, "context_length_exceeded"));
     free(b.p);
@@ -966,13 +859,13 @@ static void test_errors(void **state) {
 }
 
 /* concurrent requests through curl's multi interface; returns the bodies */
-static void run_concurrent(int port, const char *key, char **bodies, int n, long *codes, buf *bufs) {
+static void run_concurrent(int port, const char *key, char **bodies, int n, long *codes, http_buf *bufs) {
     CURLM *mh = curl_multi_init();
     CURL **hs = calloc((size_t)n, sizeof *hs);
     struct curl_slist **hd = calloc((size_t)n, sizeof *hd);
     for (int i = 0; i < n; i++) {
         memset(&bufs[i], 0, sizeof bufs[i]);
-        hs[i] = make(port, "POST", "/v1/completions", bodies[i], key, &bufs[i], &hd[i]);
+        hs[i] = http_make(port, "POST", "/v1/completions", bodies[i], key, &bufs[i], &hd[i]);
         curl_multi_add_handle(mh, hs[i]);
     }
     int running = 1;
@@ -1008,7 +901,7 @@ static void test_batched_equals_sequential(void **state) {
         cJSON_Delete(j);
     }
     long codes[N];
-    buf bufs[N];
+    http_buf bufs[N];
     run_concurrent(g_srv.port, KEY, bodies, N, codes, bufs);
     for (int i = 0; i < N; i++) {
         assert_int_equal(codes[i], 200);
@@ -1022,7 +915,7 @@ static void test_batched_equals_sequential(void **state) {
 }
 
 static long metric(int port, const char *name) {
-    buf b;
+    http_buf b;
     assert_int_equal(http(port, "GET", "/metrics", NULL, NULL, &b), 200);
     char key[128];
     snprintf(key, sizeof key, "\n%s ", name);
@@ -1035,13 +928,13 @@ static long metric(int port, const char *name) {
 
 static void test_disconnect_frees_blocks(void **state) {
     (void)state;
-    buf b;
+    http_buf b;
     memset(&b, 0, sizeof b);
     b.abort_after = 400; /* a few chunks, then hang up */
     struct curl_slist *hd;
-    CURL *h = make(g_srv.port, "POST", "/v1/completions",
-                   "{\"prompt\":\"Once upon a time\",\"max_tokens\":2000,\"stream\":true,\"ignore_eos\":true}", KEY, &b,
-                   &hd);
+    CURL *h = http_make(g_srv.port, "POST", "/v1/completions",
+                        "{\"prompt\":\"Once upon a time\",\"max_tokens\":2000,\"stream\":true,\"ignore_eos\":true}",
+                        KEY, &b, &hd);
     assert_int_equal(curl_easy_perform(h), CURLE_WRITE_ERROR);
     curl_easy_cleanup(h);
     curl_slist_free_all(hd);
@@ -1056,7 +949,7 @@ static void test_disconnect_frees_blocks(void **state) {
     }
     assert_int_equal(running, 0);
     assert_int_equal(used, 0);
-    buf m;
+    http_buf m;
     http(g_srv.port, "GET", "/metrics", NULL, NULL, &m);
     const char *p = strstr(m.p, "kvant_requests_total{outcome=\"cancelled\"} ");
     assert_non_null(p);
@@ -1066,13 +959,13 @@ static void test_disconnect_frees_blocks(void **state) {
 
 static void test_queue_full_429(void **state) {
     (void)state;
-    server_proc s = start_server("--max-seqs 1 --max-queue 1 -q", "server_429.log");
+    server_proc s = start_stories("--max-seqs 1 --max-queue 1 -q", "server_429.log");
     g_extra = s.pid;
     enum { N = 12 };
     char *bodies[N];
     for (int i = 0; i < N; i++) bodies[i] = "{\"prompt\":\"Once upon a time\",\"max_tokens\":300,\"ignore_eos\":true}";
     long codes[N];
-    buf bufs[N];
+    http_buf bufs[N];
     run_concurrent(s.port, NULL, bodies, N, codes, bufs);
     int n429 = 0, n200 = 0;
     for (int i = 0; i < N; i++) {
@@ -1086,7 +979,7 @@ static void test_queue_full_429(void **state) {
     }
     assert_true(n429 >= 1);
     assert_true(n200 >= 1); /* the engine admits one, queues one; the rest may all be refused */
-    buf b; /* still serving */
+    http_buf b; /* still serving */
     assert_int_equal(http(s.port, "POST", "/v1/completions", "{\"prompt\":\"hi\",\"max_tokens\":2}", NULL, &b), 200);
     free(b.p);
     /* embeddings: three inputs cannot all queue (one running, one waiting): 429, none left behind */
@@ -1181,7 +1074,7 @@ static int floats_of_base64(const char *raw, float *out, int cap) {
     return (int)(nb / 4);
 }
 
-static long post_embed(const char *body, buf *b) { return http(g_srv.port, "POST", "/v1/embeddings", body, KEY, b); }
+static long post_embed(const char *body, http_buf *b) { return http(g_srv.port, "POST", "/v1/embeddings", body, KEY, b); }
 
 /* a string and an array of strings / token ids: unit vectors of the model's
  * dim, equal to kvant_embed alone bit for bit, in order, with usage */
@@ -1208,7 +1101,7 @@ static void test_embeddings(void **state) {
     cJSON_ArrayForEach(x, vec) norm += x->valuedouble * x->valuedouble;
     assert_true(fabs(norm - 1) < 1e-5);
     cJSON_Delete(j);
-    buf b;
+    http_buf b;
     assert_int_equal(post_embed("{\"input\":\"Once upon a time\",\"encoding_format\":\"float\"}", &b), 200);
     char *raw = raw_embedding(b.p, 0);
     assert_int_equal(floats_of_text(raw, got, 64), dim);
@@ -1273,17 +1166,17 @@ static void test_embeddings_batching_invariance(void **state) {
     const int at[4] = {0, 0, 1, 1};
     char *seq[4], *conc[4];
     for (int i = 0; i < 4; i++) {
-        buf b;
+        http_buf b;
         assert_int_equal(post_embed(bodies[i], &b), 200);
         seq[i] = raw_embedding(b.p, at[i]);
         free(b.p);
     }
     /* a long generation streaming, then the four at once beside it */
-    buf sb = {0}, eb[4];
+    http_buf sb = {0}, eb[4];
     struct curl_slist *shd, *ehd[4];
-    CURL *sh = make(g_srv.port, "POST", "/v1/completions",
-                    "{\"prompt\":\"Once upon a time\",\"max_tokens\":2000,\"stream\":true,\"ignore_eos\":true}", KEY,
-                    &sb, &shd);
+    CURL *sh = http_make(g_srv.port, "POST", "/v1/completions",
+                         "{\"prompt\":\"Once upon a time\",\"max_tokens\":2000,\"stream\":true,\"ignore_eos\":true}",
+                         KEY, &sb, &shd);
     CURLM *mh = curl_multi_init();
     curl_multi_add_handle(mh, sh);
     int running = 1;
@@ -1296,7 +1189,7 @@ static void test_embeddings_batching_invariance(void **state) {
     CURL *eh[4];
     for (int i = 0; i < 4; i++) {
         memset(&eb[i], 0, sizeof eb[i]);
-        eh[i] = make(g_srv.port, "POST", "/v1/embeddings", bodies[i], KEY, &eb[i], &ehd[i]);
+        eh[i] = http_make(g_srv.port, "POST", "/v1/embeddings", bodies[i], KEY, &eb[i], &ehd[i]);
         curl_multi_add_handle(mh, eh[i]);
     }
     int left = 4;
@@ -1384,7 +1277,7 @@ static void test_embeddings_refusals(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases + 2; i++) {
         const bool extra = i >= sizeof cases / sizeof *cases;
         const char *body = extra ? (i == sizeof cases / sizeof *cases ? many : tlong) : cases[i].body;
-        buf b;
+        http_buf b;
         const long code = post_embed(body, &b);
         cJSON *j = cJSON_Parse(b.p);
         if (code != (extra ? 400 : cases[i].status)) fail_msg("%.80s -> %ld %s", body, code, b.p);
@@ -1399,7 +1292,7 @@ static void test_embeddings_refusals(void **state) {
     }
     free(many);
     free(tlong);
-    buf b; /* the method, the key */
+    http_buf b; /* the method, the key */
     assert_int_equal(http(g_srv.port, "GET", "/v1/embeddings", NULL, KEY, &b), 405);
     free(b.p);
     assert_int_equal(http(g_srv.port, "POST", "/v1/embeddings", "{\"input\":\"a\"}", NULL, &b), 401);
@@ -1421,9 +1314,9 @@ static void test_embeddings_disconnect(void **state) {
     }
     sprintf(p, "]}");
     const long cancelled = metric(g_srv.port, "kvant_requests_total{outcome=\"cancelled\"}");
-    buf b = {0};
+    http_buf b = {0};
     struct curl_slist *hd;
-    CURL *h = make(g_srv.port, "POST", "/v1/embeddings", body, KEY, &b, &hd);
+    CURL *h = http_make(g_srv.port, "POST", "/v1/embeddings", body, KEY, &b, &hd);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 150L);
     assert_int_equal(curl_easy_perform(h), CURLE_OPERATION_TIMEDOUT);
     curl_easy_cleanup(h);
@@ -1447,14 +1340,14 @@ static void test_embeddings_disconnect(void **state) {
 /* SIGTERM while a stream runs: the stream still ends with [DONE], exit 0 */
 static void test_sigterm_graceful(void **state) {
     (void)state;
-    server_proc s = start_server("-q", "server_term.log");
+    server_proc s = start_stories("-q", "server_term.log");
     g_extra = s.pid;
-    buf b;
+    http_buf b;
     memset(&b, 0, sizeof b);
     struct curl_slist *hd;
-    CURL *h = make(s.port, "POST", "/v1/completions",
-                   "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"stream\":true,\"ignore_eos\":true}", NULL, &b,
-                   &hd);
+    CURL *h = http_make(s.port, "POST", "/v1/completions",
+                        "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"stream\":true,\"ignore_eos\":true}",
+                        NULL, &b, &hd);
     CURLM *mh = curl_multi_init();
     curl_multi_add_handle(mh, h);
     int running = 1;
@@ -1486,7 +1379,7 @@ static void test_sigterm_graceful(void **state) {
 static int setup(void **state) {
     (void)state;
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    g_srv = start_server("--api-key " KEY " --max-body 65536 --max-seqs 32", "server_main.log");
+    g_srv = start_stories("--api-key " KEY " --max-body 65536 --max-seqs 32", "server_main.log");
     return 0;
 }
 

@@ -26,6 +26,7 @@
 
 #include "format/gguf.h"
 #include "server/srv_internal.h"
+#include "server_util.h"
 #include "testutil.h"
 
 static kvant_model *g_model;
@@ -521,97 +522,16 @@ static void test_control_tokens_silent(void **state) {
 }
 
 /* ---- kvant serve over HTTP ----------------------------------------------------------- */
-typedef struct {
-    pid_t pid;
-    int port;
-} server_proc;
-
 static server_proc g_srv; /* stories260K with --chat-template qwen2.5 */
 static server_proc g_e2e; /* the relabelled copy (stopped in teardown if a test failed) */
 
-/* `kvant serve -m MODEL --port 0 ARGS`, its port read from its log */
-static server_proc start_server(const char *model, const char *args, const char *logname) {
-    server_proc s = {0};
-    char log[512], cmd[2048];
-    snprintf(log, sizeof log, "%s", tmp_path(logname));
-    snprintf(cmd, sizeof cmd, "exec %s serve -m %s --port 0 -t 1 %s >/dev/null 2>%s", KVANT_BIN, model, args, log);
-    unlink(log);
-    s.pid = fork();
-    if (s.pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 300 && !s.port; i++) { /* up to 30 s (ASan) */
-        usleep(100000);
-        FILE *f = fopen(log, "r");
-        if (!f) continue;
-        char line[512];
-        while (fgets(line, sizeof line, f)) {
-            const char *q = strstr(line, "http://127.0.0.1:");
-            if (q) s.port = atoi(q + 17);
-        }
-        fclose(f);
-    }
-    if (!s.port) fprintf(stderr, "kvant serve did not start: %s\n", cmd);
-    return s;
+/* POSTs without a key */
+static long http_post(int port, const char *path, const char *body, http_buf *b) {
+    return http(port, "POST", path, body, NULL, b);
 }
 
-static int stop_server(server_proc *s) {
-    if (!s->pid) return 0;
-    kill(s->pid, SIGTERM);
-    int st = 0;
-    waitpid(s->pid, &st, 0);
-    s->pid = 0;
-    return st;
-}
-
-typedef struct {
-    char *p;
-    size_t n;
-} buf;
-
-static size_t on_body(char *d, size_t sz, size_t nm, void *u) {
-    buf *b = u;
-    const size_t n = sz * nm;
-    b->p = realloc(b->p, b->n + n + 1);
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return n;
-}
-
-static long http_post(int port, const char *path, const char *body, buf *b) {
-    char url[256];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
-    memset(b, 0, sizeof *b);
-    CURL *h = curl_easy_init();
-    struct curl_slist *hd = curl_slist_append(NULL, "Content-Type: application/json");
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, b);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, 120L);
-    long code = 0;
-    curl_easy_perform(h);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hd);
-    if (!b->p) b->p = calloc(1, 1);
-    return code;
-}
-
-static cJSON *post_ok(int port, const char *path, const char *body) {
-    buf b;
-    const long code = http_post(port, path, body, &b);
-    if (code != 200) fprintf(stderr, "POST %s %s -> %ld %s\n", path, body, code, b.p);
-    assert_int_equal(code, 200);
-    cJSON *j = cJSON_Parse(b.p);
-    assert_non_null(j);
-    free(b.p);
-    return j;
-}
+/* POSTs without a key, expects 200 and JSON */
+static cJSON *post_ok(int port, const char *path, const char *body) { return post_json(port, path, body, NULL); }
 
 #define TOOLS                                                                                                        \
     "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"The weather in a city\","     \
@@ -674,7 +594,7 @@ static void test_requests_with_tools(void **state) {
         cJSON_Delete(j);
     }
     /* streamed with tools: deltas of content, a finish, [DONE] */
-    buf b;
+    http_buf b;
     assert_int_equal(http_post(g_srv.port, "/v1/chat/completions",
                                "{\"tools\":" TOOLS ",\"messages\":" HISTORY ",\"max_tokens\":8,\"stream\":true,"
                                "\"stream_options\":{\"include_usage\":true}}", &b), 200);
@@ -764,7 +684,7 @@ static void test_tool_refusals(void **state) {
         {"{\"messages\":[" U "],\"function_call\":\"auto\"}", "function_call", "'function_call' (deprecated"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
-        buf b;
+        http_buf b;
         const long code = http_post(g_srv.port, "/v1/chat/completions", refused[i].body, &b);
         cJSON *j = cJSON_Parse(b.p);
         const char *param = j ? str_at(j, "error.param") : NULL, *msg = j ? str_at(j, "error.message") : NULL;
@@ -852,7 +772,7 @@ static void forced_stream(int port, const char *tc_json, int n, const char *want
     snprintf(body, sizeof body, "{\"tools\":" FTOOLS ",\"messages\":[{\"role\":\"user\",\"content\":\"Weather in "
              "Paris?\"}],\"tool_choice\":%s,\"temperature\":1,\"n\":%d,\"seed\":11,\"max_tokens\":200,\"stream\":true}",
              tc_json, n);
-    buf b;
+    http_buf b;
     assert_int_equal(http_post(port, "/v1/chat/completions", body, &b), 200);
     if (print) printf("streamed, tool_choice %s:\n%s", tc_json, b.p);
     char name[8][128] = {{0}}, args[8][1024] = {{0}}, finish[8][32] = {{0}};
@@ -917,7 +837,7 @@ static void test_forced_calls(void **state) {
         char body[4096];
         snprintf(body, sizeof body, "{\"tools\":" FTOOLS ",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
                  "\"tool_choice\":%s}", forced[i]);
-        buf b;
+        http_buf b;
         assert_int_equal(http_post(m.port, "/v1/chat/completions", body, &b), 400);
         cJSON *j = cJSON_Parse(b.p);
         assert_string_equal(str_at(j, "error.param"), "tool_choice");
@@ -1116,7 +1036,7 @@ static void test_end_to_end_call(void **state) {
     /* streamed */
     cJSON_AddBoolToObject(req, "stream", true);
     body = cJSON_PrintUnformatted(req);
-    buf sb;
+    http_buf sb;
     assert_int_equal(http_post(port, "/v1/chat/completions", body, &sb), 200);
     printf("---- kvant serve, streamed ----\n%s", sb.p);
     sreq fake_r = {.out = sb.p, .out_len = sb.n};

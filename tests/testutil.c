@@ -123,3 +123,30 @@ void free_vectors(tok_vectors *v) {
     free(v->ids);
     free(v->n_ids);
 }
+
+int plain_sampled(kvant_model *m, const int32_t *prompt, int np, int ng, const kvant_sampling *sp, int32_t eos,
+                  int32_t *out) {
+    kvant_model_info info;
+    kvant_model_get_info(m, &info);
+    const int V = info.vocab_size;
+    kvant_status st;
+    kvant_seq *s = kvant_seq_new(m, 512, &st);
+    kvant_sampler *smp = kvant_sampler_new(sp, V, &st);
+    assert_non_null(s);
+    assert_non_null(smp);
+    for (int i = 0; i < np; i++) kvant_sampler_accept(smp, prompt[i]);
+    float *lg = malloc(sizeof(float) * V);
+    assert_int_equal(kvant_forward(s, prompt, np, lg, false, &st), KVANT_OK);
+    int n = 0;
+    while (n < ng) {
+        const int32_t t = kvant_sampler_sample(smp, lg);
+        kvant_sampler_accept(smp, t);
+        if (t == eos) break;
+        out[n++] = t;
+        if (n < ng) assert_int_equal(kvant_forward(s, &t, 1, lg, false, &st), KVANT_OK);
+    }
+    free(lg);
+    kvant_sampler_free(smp);
+    kvant_seq_free(s);
+    return n;
+}

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "kvant.h"
+
 /* "<shared>/rel" in a static buffer (one at a time) */
 const char *shared_path(const char *rel);
 /* "<build>/tests/tmp/name" in a static buffer */
@@ -31,5 +33,13 @@ typedef struct {
 } tok_vectors;
 void read_vectors(const char *rel, tok_vectors *v);
 void free_vectors(tok_vectors *v);
+
+/* The plain path with a sampler, what the engine tests hold the engine to: a
+ * kvant_seq of 512, the prompt accepted by the sampler (so only generated
+ * tokens count) and forwarded, then sample / accept / forward up to ng tokens
+ * into out.  A token equal to eos ends it unstored (-1: never).  Returns how
+ * many tokens are in out. */
+int plain_sampled(kvant_model *m, const int32_t *prompt, int np, int ng, const kvant_sampling *sp, int32_t eos,
+                  int32_t *out);
 
 #endif

@@ -16,10 +16,11 @@
 // to its end with HTML in the message shown as text; no request leaves the
 // server's origin; and what the page costs the server (requests/s to
 // /metrics idle and while streaming).
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import assert from 'node:assert/strict';
+import { startServe, stopServe } from './serve.mjs';
 
 const SKIP = 77;
 const CI = /^(1|true|yes)$/i.test(process.env.CI || '');
@@ -71,19 +72,8 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 // is retried (3 attempts).  --max-seqs 2 keeps the KV pool small (2048
 // blocks), so the panel's bar visibly moves.
 const KEY = 'page-test-key';
-const srv = spawn(kvant, ['serve', '--port', '0', '-t', '2', '-c', '16384', '--max-seqs', '2', '--api-key', KEY, '-q'],
-                  { stdio: ['ignore', 'ignore', 'pipe'] });
-let srvLog = '';
-const exited = new Promise((r) => srv.on('exit', (code, sig) => r({ code, sig })));
-const port = await new Promise((res, rej) => {
-  const timer = setTimeout(() => rej(new Error('server did not start:\n' + srvLog)), 60000);
-  srv.stderr.on('data', (d) => {
-    srvLog += d;
-    const m = srvLog.match(/http:\/\/127\.0\.0\.1:(\d+)/);
-    if (m) { clearTimeout(timer); res(Number(m[1])); }
-  });
-  srv.on('exit', (code) => rej(new Error(`server exited (${code}):\n${srvLog}`)));
-});
+const srv = startServe(kvant, ['--port', '0', '-t', '2', '-c', '16384', '--max-seqs', '2', '--api-key', KEY, '-q']);
+const port = await srv.ready;
 const ORIGIN = `http://127.0.0.1:${port}`;
 say(`kvant serve on ${ORIGIN}; browser ${chromium}`);
 
@@ -379,13 +369,11 @@ try {
   say(`FAIL ${e.stack || e}`);
 } finally {
   if (browser) await browser.close().catch(() => {});
-  srv.kill('SIGTERM');
 }
-const { code, sig } = await exited;
-if (code !== 0) {
+const bad = await stopServe(srv);
+if (bad) {
   failed++;
-  say(`FAIL server exit: code ${code} signal ${sig}\n${srvLog}`);
+  say(`FAIL ${bad}`);
 }
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);
-

@@ -19,12 +19,12 @@
 // object, as llama.cpp hands them to a template.  Llama's template takes one
 // call a message (it raises on more), so the conversation with two is not
 // given to it.
-import { spawn } from 'node:child_process';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { listenPort, startServe } from './serve.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 let Template;
@@ -158,22 +158,12 @@ function loadTemplate(pkg) {
   return { version, tmpl, bos: tokenText(cfg.bos_token), eos: tokenText(cfg.eos_token) };
 }
 
+// ready: the port and the template kvant detected, both from its log
 function startServer(args) {
-  const srv = spawn(kvant, ['serve', '-m', model, '--port', '0', '-t', '1', '-q', ...args],
-                    { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  const ready = new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('server did not start:\n' + log)), 60000);
-    srv.stderr.on('data', (d) => {
-      log += d;
-      const port = log.match(/http:\/\/127\.0\.0\.1:(\d+)/);
-      const tmpl = log.match(/chat template (\S+) \(/);
-      if (port && tmpl) { clearTimeout(timer); resolve({ port: Number(port[1]), template: tmpl[1] }); }
-    });
-    srv.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited (${code}):\n${log}`)); });
-  });
-  const exited = new Promise((resolve) => srv.on('exit', (code, sig) => resolve({ code, sig })));
-  return { srv, ready, exited };
+  return startServe(kvant, ['-m', model, '--port', '0', '-t', '1', '-q', ...args], { ready: (log) => {
+    const port = listenPort(log), tmpl = log.match(/chat template (\S+) \(/);
+    return port !== null && tmpl ? { port, template: tmpl[1] } : null;
+  } });
 }
 
 let failed = 0, passed = 0;

@@ -10,10 +10,10 @@
 // "required" / a named function forced by the grammar, streamed too) and
 // the client's typed errors (404 model, 401 key, 400 bad value, 400 naming
 // a field kvant does not support or does not know, a schema it cannot compile).
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import assert from 'node:assert/strict';
+import { startServe, stopServe, tally } from './serve.mjs';
 
 let OpenAI;
 try {
@@ -29,31 +29,11 @@ if (!kvant || !model || !tmp) {
   process.exit(2);
 }
 const KEY = 'node-test-key';
-const srv = spawn(kvant, ['serve', '-m', model, '--port', '0', '-t', '1', '--api-key', KEY, '-q'],
-                  { stdio: ['ignore', 'ignore', 'pipe'] });
-let log = '';
-const port = await new Promise((resolve, reject) => {
-  const timer = setTimeout(() => reject(new Error('server did not start:\n' + log)), 60000);
-  srv.stderr.on('data', (d) => {
-    log += d;
-    const m = log.match(/http:\/\/127\.0\.0\.1:(\d+)/);
-    if (m) { clearTimeout(timer); resolve(Number(m[1])); }
-  });
-  srv.on('exit', (code) => reject(new Error(`server exited (${code}):\n${log}`)));
-});
-const exited = new Promise((resolve) => srv.on('exit', (code, sig) => resolve({ code, sig })));
+const main = startServe(kvant, ['-m', model, '--port', '0', '-t', '1', '--api-key', KEY, '-q']);
+const port = await main.ready;
 
 const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: KEY, maxRetries: 0 });
-let failed = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-  }
-}
+const t = tally(), { check } = t;
 
 const id = model.split('/').pop().replace(/\.[^.]*$/, '');
 await check('models.list', async () => {
@@ -399,18 +379,9 @@ await check('the client\'s stream helper assembles the server\'s tool-call delta
 // stories260K whose vocabulary names the tokens it answers this request with
 // ([TOOL_CALLS] as a control token, the call, EOS); tools_e2e.json is the request.
 const e2e = JSON.parse(readFileSync(`${tmp}/tools_e2e.json`, 'utf8'));
-const srv2 = spawn(kvant, ['serve', '-m', e2e.model_path, '--chat-template', e2e.chat_template, '--port', '0', '-t', '1',
-                          '-q'], { stdio: ['ignore', 'ignore', 'pipe'] });
-let log2 = '';
-const port2 = await new Promise((resolve, reject) => {
-  const timer = setTimeout(() => reject(new Error('tool server did not start:\n' + log2)), 60000);
-  srv2.stderr.on('data', (d) => {
-    log2 += d;
-    const m = log2.match(/http:\/\/127\.0\.0\.1:(\d+)/);
-    if (m) { clearTimeout(timer); resolve(Number(m[1])); }
-  });
-});
-const exited2 = new Promise((resolve) => srv2.on('exit', (code) => resolve(code)));
+const toolSrv = startServe(kvant, ['-m', e2e.model_path, '--chat-template', e2e.chat_template, '--port', '0', '-t', '1',
+                                   '-q'], { what: 'tool server' });
+const port2 = await toolSrv.ready;
 const tc = new OpenAI({ baseURL: `http://127.0.0.1:${port2}/v1`, apiKey: 'none', maxRetries: 0 });
 const e2eReq = { model: 'tools_e2e', messages: e2e.messages, tools: e2e.tools, logit_bias: e2e.logit_bias, temperature: 0 };
 
@@ -473,17 +444,8 @@ await check('a real tool call through the client\'s tool runner (runTools calls 
   assert.equal(toolMsg.content, '{"temperature":22}');
 });
 
-srv2.kill('SIGTERM');
-if ((await exited2) !== 0) {
-  failed++;
-  console.log(`FAIL tool server exit\n${log2}`);
+for (const s of [toolSrv, main]) {
+  const bad = await stopServe(s);
+  if (bad) t.fail(bad);
 }
-
-srv.kill('SIGTERM');
-const { code, sig } = await exited;
-if (code !== 0) {
-  failed++;
-  console.log(`FAIL server exit: code ${code} signal ${sig}\n${log}`);
-}
-console.log(failed ? `${failed} FAILED` : 'all passed');
-process.exit(failed ? 1 : 0);
+t.exit();

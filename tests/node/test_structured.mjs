@@ -9,8 +9,8 @@
 // neither valid nor invalid.  Prints the table: schema, samples, finished,
 // valid, length.  Then a schema kvant cannot compile: a BadRequestError 400
 // naming the keyword, param response_format.
-import { spawn } from 'node:child_process';
 import assert from 'node:assert/strict';
+import { startServe, stopServe, tally } from './serve.mjs';
 
 let OpenAI, Ajv2020;
 try {
@@ -27,19 +27,8 @@ if (!kvant || !model) {
   process.exit(2);
 }
 const KEY = 'node-structured-key';
-const srv = spawn(kvant, ['serve', '-m', model, '--port', '0', '-t', '1', '--api-key', KEY, '-q'],
-                  { stdio: ['ignore', 'ignore', 'pipe'] });
-let log = '';
-const port = await new Promise((resolve, reject) => {
-  const timer = setTimeout(() => reject(new Error('server did not start:\n' + log)), 60000);
-  srv.stderr.on('data', (d) => {
-    log += d;
-    const m = log.match(/http:\/\/127\.0\.0\.1:(\d+)/);
-    if (m) { clearTimeout(timer); resolve(Number(m[1])); }
-  });
-  srv.on('exit', (code) => reject(new Error(`server exited (${code}):\n${log}`)));
-});
-const exited = new Promise((resolve) => srv.on('exit', (code, sig) => resolve({ code, sig })));
+const main = startServe(kvant, ['-m', model, '--port', '0', '-t', '1', '--api-key', KEY, '-q']);
+const port = await main.ready;
 const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: KEY, maxRetries: 0 });
 const id = model.split('/').pop().replace(/\.[^.]*$/, '');
 
@@ -94,7 +83,7 @@ const SCHEMAS = {
 
 const SAMPLES_PER_REQ = 10, REQS = 5, MAX_TOKENS = 300;
 const ajv = new Ajv2020({ allErrors: true, allowUnionTypes: true });
-let failed = 0;
+const t = tally(), { check } = t;
 const rows = [];
 const t0 = Date.now();
 
@@ -145,23 +134,13 @@ console.log(`${names.length} schemas x ${REQS * SAMPLES_PER_REQ} samples (n ${SA
             `max_tokens ${MAX_TOKENS}) in ${secs.toFixed(1)} s`);
 for (const r of rows) {
   if (r.valid !== r.finished) {
-    failed++;
-    console.log(`FAIL ${r.schema}: ${r.finished - r.valid} finished replies invalid:\n  ${r.bad.slice(0, 5).join('\n  ')}`);
+    t.fail(`${r.schema}: ${r.finished - r.valid} finished replies invalid:\n  ${r.bad.slice(0, 5).join('\n  ')}`);
   }
-  if (r.samples !== REQS * SAMPLES_PER_REQ) { failed++; console.log(`FAIL ${r.schema}: ${r.samples} samples`); }
+  if (r.samples !== REQS * SAMPLES_PER_REQ) t.fail(`${r.schema}: ${r.samples} samples`);
 }
 // most replies end by the grammar (a regression that never closes the JSON would show as "length")
-if (tot.finished < 0.9 * tot.samples) { failed++; console.log(`FAIL only ${tot.finished} of ${tot.samples} finished`); }
+if (tot.finished < 0.9 * tot.samples) t.fail(`only ${tot.finished} of ${tot.samples} finished`);
 
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    failed++;
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-  }
-}
 await check('a schema kvant cannot compile -> BadRequestError 400 naming the keyword, param response_format', async () => {
   await assert.rejects(client.chat.completions.create({
     model: id, messages: [{ role: 'user', content: 'x' }],
@@ -191,11 +170,6 @@ await check('response_format json_object: a JSON object, streamed through the cl
   } else assert.equal(finish, 'length');
 });
 
-srv.kill('SIGTERM');
-const { code, sig } = await exited;
-if (code !== 0) {
-  failed++;
-  console.log(`FAIL server exit: code ${code} signal ${sig}\n${log}`);
-}
-console.log(failed ? `${failed} FAILED` : 'all passed');
-process.exit(failed ? 1 : 0);
+const bad = await stopServe(main);
+if (bad) t.fail(bad);
+t.exit();
