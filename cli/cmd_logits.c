@@ -21,7 +21,8 @@ static void logits_help(void) {
            "  -p, --prompt TEXT      text to tokenize instead (BOS added when the vocabulary says so)\n"
            "  -o, --output FILE      where to write the logits (required)\n"
            "      --attn flash|naive attention kernel (default flash; naive is the reference)\n"
-           "      --kv-type T        f16 (default), f32 or q8_0 (f32 to compare with F32 references)\n"
+           "      --kv-type T        f32 (default here: the logits are for comparisons with F32\n"
+           "                         references; every other command defaults to f16), f16, q8_0\n"
            "  -t, --threads N        threads (default: all CPUs)\n"
            "  -h, --help             this text\n");
 }
@@ -59,7 +60,9 @@ int cmd_logits(int argc, char **argv) {
     cli_args a = {argc, 1, argv, "kvant logits", false};
     const char *path = NULL, *tokenizer = NULL, *ids_arg = NULL, *prompt = NULL, *out_path = NULL;
     kvant_attn attn = KVANT_ATTN_FLASH;
-    kvant_kv_type kv_type = KVANT_KV_F16;
+    /* the one command whose KV default is F32: its job is to be held to other
+     * engines' F32 logits (../shared/reference), which F16 K/V would blur */
+    kvant_kv_type kv_type = KVANT_KV_F32;
     int threads = 0;
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) { logits_help(); return CLI_OK; }
