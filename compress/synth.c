@@ -104,7 +104,7 @@ static void add_vocab(gguf_writer *w, int n_vocab) {
         if (i == 0) snprintf(buf, sizeof buf, "<unk>");
         else if (i == 1) snprintf(buf, sizeof buf, "<s>");
         else if (i == 2) snprintf(buf, sizeof buf, "</s>");
-        else if (i < 3 + 256) snprintf(buf, sizeof buf, "<0x%02X>", i - 3);
+        else if (i < 3 + 256) snprintf(buf, sizeof buf, "<0x%02X>", (unsigned)(i - 3));
         else snprintf(buf, sizeof buf, "\xe2\x96\x81t%d", i); /* "▁t<i>" */
         toks[i] = strdup(buf);
         scores[i] = i < 3 + 256 ? 0.0f : -(float)i;

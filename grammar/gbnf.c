@@ -1,5 +1,6 @@
 /* grammar/gbnf.c - llama.cpp's GBNF text into the builder (grammar.h has
  * the syntax).  Recursive descent; errors name the line and column. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,18 +27,34 @@ static void where(const gp *p, size_t at, int *line, int *col) {
     *col = (int)(at - ls) + 1;
 }
 
-static bool perr_at(gp *p, size_t at, const char *fmt, const char *arg) {
+static bool vperr_at(gp *p, size_t at, const char *fmt, va_list ap) __attribute__((format(printf, 3, 0)));
+static bool vperr_at(gp *p, size_t at, const char *fmt, va_list ap) {
     if (p->failed) return false;
     p->failed = true;
     if (p->b->oom) return false; /* st already says why */
     int line, col;
     where(p, at, &line, &col);
     char msg[256];
-    snprintf(msg, sizeof msg, fmt, arg ? arg : "");
+    vsnprintf(msg, sizeof msg, fmt, ap);
     core_fail(p->st, KVANT_ERR_ARG, "GBNF line %d, column %d: %s", line, col, msg);
     return false;
 }
-static bool perr(gp *p, const char *fmt, const char *arg) { return perr_at(p, p->i, fmt, arg); }
+static bool perr_at(gp *p, size_t at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool perr_at(gp *p, size_t at, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    bool r = vperr_at(p, at, fmt, ap);
+    va_end(ap);
+    return r;
+}
+static bool perr(gp *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool perr(gp *p, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    bool r = vperr_at(p, p->i, fmt, ap);
+    va_end(ap);
+    return r;
+}
 static bool fail_oom(gp *p) {
     p->failed = true;
     return false;
@@ -74,7 +91,7 @@ static int hexval(int c) {
 /* one character of a literal or class: an escape or a UTF-8 character */
 static bool parse_char(gp *p, uint32_t *cp) {
     size_t at = p->i;
-    if (p->i >= p->n) return perr(p, "unexpected end of the grammar%s", "");
+    if (p->i >= p->n) return perr(p, "unexpected end of the grammar");
     int c = peek(p, 0);
     if (c == '\\') {
         int e = peek(p, 1);
@@ -98,17 +115,17 @@ static bool parse_char(gp *p, uint32_t *cp) {
             uint32_t v = 0;
             for (int k = 0; k < digits; k++) {
                 int h = hexval(peek(p, 0));
-                if (h < 0) return perr_at(p, at, "escape '\\%c' needs hex digits", e == 'x' ? "x" : e == 'u' ? "u" : "U");
+                if (h < 0) return perr_at(p, at, "escape '\\%c' needs hex digits", e);
                 v = v * 16 + (uint32_t)h;
                 p->i++;
             }
-            if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return perr_at(p, at, "escape is not a Unicode scalar value%s", "");
+            if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return perr_at(p, at, "escape is not a Unicode scalar value");
             *cp = v;
         }
         return true;
     }
     int len = gutf8_decode((const uint8_t *)p->s + p->i, p->n - p->i, cp);
-    if (!len) return perr(p, "invalid UTF-8%s", "");
+    if (!len) return perr(p, "invalid UTF-8");
     p->i += (size_t)len;
     return true;
 }
@@ -134,7 +151,7 @@ static bool parse_literal(gp *p, gvec *v) {
         for (int j = 0; j < k; j++)
             if (!push_byte(p, v, u[j])) return false;
     }
-    if (p->i >= p->n || p->s[p->i] != '"') return perr_at(p, at, "unterminated string literal%s", "");
+    if (p->i >= p->n || p->s[p->i] != '"') return perr_at(p, at, "unterminated string literal");
     p->i++;
     return true;
 }
@@ -162,7 +179,7 @@ static bool parse_class(gp *p, uint32_t owner, gvec *v) {
             }
             if (hi < lo) {
                 free(r);
-                return perr_at(p, at, "character class range out of order%s", "");
+                return perr_at(p, at, "character class range out of order");
             }
         }
         if (n == cap) {
@@ -184,16 +201,16 @@ static bool parse_class(gp *p, uint32_t owner, gvec *v) {
     }
     if (p->i >= p->n || p->s[p->i] != ']') {
         free(r);
-        return perr_at(p, at, "unterminated character class%s", "");
+        return perr_at(p, at, "unterminated character class");
     }
     p->i++;
     if (n == 0 && !neg) {
         free(r);
-        return perr_at(p, at, "empty character class []%s", "");
+        return perr_at(p, at, "empty character class []");
     }
     ok = gb_class(p->b, owner, v, r, n, neg);
     free(r);
-    if (!ok) return p->b->oom ? fail_oom(p) : perr_at(p, at, "character class matches no character%s", "");
+    if (!ok) return p->b->oom ? fail_oom(p) : perr_at(p, at, "character class matches no character");
     return true;
 }
 
@@ -239,13 +256,13 @@ static bool parse_sequence(gp *p, uint32_t rid, gvec *seq, bool nested) {
             have = true;
             if (!push(p, seq, GE_REF | r)) return false;
         } else if (c == '(') {
-            if (++p->depth > GBNF_MAX_DEPTH) return perr(p, "groups nested too deeply%s", "");
+            if (++p->depth > GBNF_MAX_DEPTH) return perr(p, "groups nested too deeply");
             p->i++;
             skip_space(p, true);
             uint32_t sub = gb_rule_new(p->b, rid);
             if (sub == UINT32_MAX) return fail_oom(p);
             if (!parse_alternates(p, sub, true)) return false;
-            if (peek(p, 0) != ')') return perr_at(p, at, "missing ')' for this '('%s", "");
+            if (peek(p, 0) != ')') return perr_at(p, at, "missing ')' for this '('");
             p->i++;
             p->depth--;
             last = seq->n;
@@ -270,22 +287,22 @@ static bool parse_sequence(gp *p, uint32_t rid, gvec *seq, bool nested) {
                     if (!parse_int(p, &max)) max = -1;
                     skip_space(p, false);
                 } else {
-                    if (!has_min) return perr_at(p, at, "expected a count in '{...}'%s", "");
+                    if (!has_min) return perr_at(p, at, "expected a count in '{...}'");
                     max = min;
                 }
                 if (!has_min) min = 0;
-                if (peek(p, 0) != '}') return perr_at(p, at, "expected '}' to close the repetition%s", "");
+                if (peek(p, 0) != '}') return perr_at(p, at, "expected '}' to close the repetition");
                 p->i++;
                 if (min > GRAMMAR_MAX_REPEAT || max > GRAMMAR_MAX_REPEAT) {
                     char lim[32];
                     snprintf(lim, sizeof lim, "%d", GRAMMAR_MAX_REPEAT);
                     return perr_at(p, at, "repetition count above %s", lim);
                 }
-                if (max >= 0 && max < min) return perr_at(p, at, "repetition {m,n} with n < m%s", "");
+                if (max >= 0 && max < min) return perr_at(p, at, "repetition {m,n} with n < m");
             }
             if (!gb_repeat(p->b, rid, seq, last, min, max)) return fail_oom(p);
         } else if (c == '<') {
-            return perr(p, "token references (<...>) are not supported%s", "");
+            return perr(p, "token references (<...>) are not supported");
         } else {
             break;
         }

@@ -211,16 +211,16 @@ static void test_completion_and_stream_agree(void **state) {
 static void test_chat(void **state) {
     (void)state;
     const char *body = "{\"messages\":[{\"role\":\"system\",\"content\":\"Tell a story.\"},"
-                       "{\"role\":\"user\",\"content\":\"A cat\"}],\"max_tokens\":20,\"temperature\":0%s}";
+                       "{\"role\":\"user\",\"content\":\"A cat\"}],\"max_tokens\":20,\"temperature\":0";
     char req[512];
-    snprintf(req, sizeof req, body, "");
+    snprintf(req, sizeof req, "%s}", body);
     cJSON *j = post_ok("/v1/chat/completions", req);
     assert_string_equal(jstr(j, "object"), "chat.completion");
     assert_string_equal(jstr(j, "choices.0.message.role"), "assistant");
     const char *text = jstr(j, "choices.0.message.content");
     assert_non_null(text);
     http_buf b;
-    snprintf(req, sizeof req, body, ",\"stream\":true");
+    snprintf(req, sizeof req, "%s,\"stream\":true}", body);
     assert_int_equal(http(g_srv.port, "POST", "/v1/chat/completions", req, KEY, &b), 200);
     assert_non_null(strstr(b.p, "\"object\":\"chat.completion.chunk\""));
     assert_non_null(strstr(b.p, "\"role\":\"assistant\""));
@@ -308,13 +308,13 @@ static char *completion_text(const char *body) {
  * penalties change it once the greedy text repeats a token */
 static void test_penalties(void **state) {
     (void)state;
-    const char *fmt = "{\"prompt\":\"Once upon a time\",\"max_tokens\":48,\"temperature\":0,\"seed\":4%s}";
+    const char *head = "{\"prompt\":\"Once upon a time\",\"max_tokens\":48,\"temperature\":0,\"seed\":4";
     char req[256];
-    snprintf(req, sizeof req, fmt, "");
+    snprintf(req, sizeof req, "%s}", head);
     char *base = completion_text(req);
     const char *extra[] = {",\"presence_penalty\":2", ",\"frequency_penalty\":2", ",\"frequency_penalty\":-2"};
     for (int i = 0; i < 3; i++) {
-        snprintf(req, sizeof req, fmt, extra[i]);
+        snprintf(req, sizeof req, "%s%s}", head, extra[i]);
         char *a = completion_text(req), *b = completion_text(req);
         assert_string_equal(a, b);          /* deterministic */
         assert_string_not_equal(a, base);   /* and honoured */

@@ -36,11 +36,11 @@ typedef struct {
     int n;
 } want_list;
 
-static void want(want_list *w, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2, const char *fmt, int layer) {
+static void want(want_list *w, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2, const char *name, int layer) {
     assert_true(w->n < 512);
     want_t *t = &w->t[w->n++];
-    if (layer < 0) snprintf(t->name, sizeof t->name, "%s", fmt); /* a global tensor */
-    else snprintf(t->name, sizeof t->name, fmt, layer);
+    if (layer < 0) snprintf(t->name, sizeof t->name, "%s", name); /* a global tensor */
+    else snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, name);
     t->n_dims = n_dims;
     t->ne[0] = ne0; t->ne[1] = ne1; t->ne[2] = ne2;
 }
@@ -144,15 +144,15 @@ static void done(gguf_ctx *g, const char *path) {
 
 /* the tensors a llama-like layer has: norms, q/k/v/o, gate/down/up */
 static void dense_layer(want_list *w, int l, int C, int F, int q_rows, int kv_rows) {
-    want(w, 1, C, 1, 1, "blk.%d.attn_norm.weight", l);
-    want(w, 2, C, q_rows, 1, "blk.%d.attn_q.weight", l);
-    want(w, 2, C, kv_rows, 1, "blk.%d.attn_k.weight", l);
-    want(w, 2, C, kv_rows, 1, "blk.%d.attn_v.weight", l);
-    want(w, 2, q_rows, C, 1, "blk.%d.attn_output.weight", l);
-    want(w, 1, C, 1, 1, "blk.%d.ffn_norm.weight", l);
-    want(w, 2, C, F, 1, "blk.%d.ffn_gate.weight", l);
-    want(w, 2, F, C, 1, "blk.%d.ffn_down.weight", l);
-    want(w, 2, C, F, 1, "blk.%d.ffn_up.weight", l);
+    want(w, 1, C, 1, 1, "attn_norm.weight", l);
+    want(w, 2, C, q_rows, 1, "attn_q.weight", l);
+    want(w, 2, C, kv_rows, 1, "attn_k.weight", l);
+    want(w, 2, C, kv_rows, 1, "attn_v.weight", l);
+    want(w, 2, q_rows, C, 1, "attn_output.weight", l);
+    want(w, 1, C, 1, 1, "ffn_norm.weight", l);
+    want(w, 2, C, F, 1, "ffn_gate.weight", l);
+    want(w, 2, F, C, 1, "ffn_down.weight", l);
+    want(w, 2, C, F, 1, "ffn_up.weight", l);
 }
 
 /* Llama 3.2 1B: llama3 rope_freqs (factor 32, low 1, high 4, original
@@ -196,9 +196,9 @@ static void test_qwen25(void **state) {
     want(w, 1, 896, 1, 1, "output_norm.weight", -1);
     for (int l = 0; l < 2; l++) {
         dense_layer(w, l, 896, 4864, 896, 128);
-        want(w, 1, 896, 1, 1, "blk.%d.attn_q.bias", l);
-        want(w, 1, 128, 1, 1, "blk.%d.attn_k.bias", l);
-        want(w, 1, 128, 1, 1, "blk.%d.attn_v.bias", l);
+        want(w, 1, 896, 1, 1, "attn_q.bias", l);
+        want(w, 1, 128, 1, 1, "attn_k.bias", l);
+        want(w, 1, 128, 1, 1, "attn_v.bias", l);
     }
     tensors(g, w, KT_F32);
     free(w);
@@ -219,8 +219,8 @@ static void test_qwen3(void **state) {
     want(w, 1, 1024, 1, 1, "output_norm.weight", -1);
     for (int l = 0; l < 2; l++) {
         dense_layer(w, l, 1024, 3072, 2048, 1024);
-        want(w, 1, 128, 1, 1, "blk.%d.attn_q_norm.weight", l);
-        want(w, 1, 128, 1, 1, "blk.%d.attn_k_norm.weight", l);
+        want(w, 1, 128, 1, 1, "attn_q_norm.weight", l);
+        want(w, 1, 128, 1, 1, "attn_k_norm.weight", l);
     }
     tensors(g, w, KT_Q8_0);
     free(w);
@@ -245,18 +245,18 @@ static void test_qwen3moe(void **state) {
     want(w, 2, 2048, VOCAB, 1, "token_embd.weight", -1);
     want(w, 1, 2048, 1, 1, "output_norm.weight", -1);
     want(w, 2, 2048, VOCAB, 1, "output.weight", -1);
-    want(w, 1, 2048, 1, 1, "blk.%d.attn_norm.weight", 0);
-    want(w, 2, 2048, 4096, 1, "blk.%d.attn_q.weight", 0);
-    want(w, 2, 2048, 512, 1, "blk.%d.attn_k.weight", 0);
-    want(w, 2, 2048, 512, 1, "blk.%d.attn_v.weight", 0);
-    want(w, 2, 4096, 2048, 1, "blk.%d.attn_output.weight", 0);
-    want(w, 1, 128, 1, 1, "blk.%d.attn_q_norm.weight", 0);
-    want(w, 1, 128, 1, 1, "blk.%d.attn_k_norm.weight", 0);
-    want(w, 1, 2048, 1, 1, "blk.%d.ffn_norm.weight", 0);
-    want(w, 2, 2048, 8, 1, "blk.%d.ffn_gate_inp.weight", 0);
-    want(w, 3, 2048, 768, 8, "blk.%d.ffn_gate_exps.weight", 0);
-    want(w, 3, 768, 2048, 8, "blk.%d.ffn_down_exps.weight", 0);
-    want(w, 3, 2048, 768, 8, "blk.%d.ffn_up_exps.weight", 0);
+    want(w, 1, 2048, 1, 1, "attn_norm.weight", 0);
+    want(w, 2, 2048, 4096, 1, "attn_q.weight", 0);
+    want(w, 2, 2048, 512, 1, "attn_k.weight", 0);
+    want(w, 2, 2048, 512, 1, "attn_v.weight", 0);
+    want(w, 2, 4096, 2048, 1, "attn_output.weight", 0);
+    want(w, 1, 128, 1, 1, "attn_q_norm.weight", 0);
+    want(w, 1, 128, 1, 1, "attn_k_norm.weight", 0);
+    want(w, 1, 2048, 1, 1, "ffn_norm.weight", 0);
+    want(w, 2, 2048, 8, 1, "ffn_gate_inp.weight", 0);
+    want(w, 3, 2048, 768, 8, "ffn_gate_exps.weight", 0);
+    want(w, 3, 768, 2048, 8, "ffn_down_exps.weight", 0);
+    want(w, 3, 2048, 768, 8, "ffn_up_exps.weight", 0);
     tensors(g, w, KT_Q8_0);
     free(w);
     done(g, path);
@@ -279,10 +279,10 @@ static void test_gemma3(void **state) {
     want(w, 2, 1152, VOCAB, 1, "token_embd.weight", -1);
     want(w, 1, 1152, 1, 1, "output_norm.weight", -1);
     dense_layer(w, 0, 1152, 6912, 1024, 256);
-    want(w, 1, 1152, 1, 1, "blk.%d.post_attention_norm.weight", 0);
-    want(w, 1, 1152, 1, 1, "blk.%d.post_ffw_norm.weight", 0);
-    want(w, 1, 256, 1, 1, "blk.%d.attn_q_norm.weight", 0);
-    want(w, 1, 256, 1, 1, "blk.%d.attn_k_norm.weight", 0);
+    want(w, 1, 1152, 1, 1, "post_attention_norm.weight", 0);
+    want(w, 1, 1152, 1, 1, "post_ffw_norm.weight", 0);
+    want(w, 1, 256, 1, 1, "attn_q_norm.weight", 0);
+    want(w, 1, 256, 1, 1, "attn_k_norm.weight", 0);
     tensors(g, w, KT_F32);
     /* norms are stored as llama.cpp's converter writes them, (1 + w): near 1 */
     const float *n = gguf_find_tensor(g, "blk.0.post_ffw_norm.weight")->data;
@@ -308,12 +308,12 @@ static void test_phi4(void **state) {
     want(w, 1, 3072, 1, 1, "output_norm.weight", -1);
     want(w, 1, 48, 1, 1, "rope_factors_long.weight", -1);
     want(w, 1, 48, 1, 1, "rope_factors_short.weight", -1);
-    want(w, 1, 3072, 1, 1, "blk.%d.attn_norm.weight", 0);
-    want(w, 2, 3072, 5120, 1, "blk.%d.attn_qkv.weight", 0);
-    want(w, 2, 3072, 3072, 1, "blk.%d.attn_output.weight", 0);
-    want(w, 1, 3072, 1, 1, "blk.%d.ffn_norm.weight", 0);
-    want(w, 2, 8192, 3072, 1, "blk.%d.ffn_down.weight", 0);
-    want(w, 2, 3072, 16384, 1, "blk.%d.ffn_up.weight", 0);
+    want(w, 1, 3072, 1, 1, "attn_norm.weight", 0);
+    want(w, 2, 3072, 5120, 1, "attn_qkv.weight", 0);
+    want(w, 2, 3072, 3072, 1, "attn_output.weight", 0);
+    want(w, 1, 3072, 1, 1, "ffn_norm.weight", 0);
+    want(w, 2, 8192, 3072, 1, "ffn_down.weight", 0);
+    want(w, 2, 3072, 16384, 1, "ffn_up.weight", 0);
     tensors(g, w, KT_Q8_0);
     const float *lf = gguf_find_tensor(g, "rope_factors_long.weight")->data;
     const float *sf = gguf_find_tensor(g, "rope_factors_short.weight")->data;

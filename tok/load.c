@@ -258,7 +258,7 @@ static kvant_code tok_finish(tok *t, const gguf_ctx *g, const char *name, kvant_
 
     for (int b = 0; b < 256; b++) { /* "<0xXX>", else the byte itself as a token */
         char hex[8];
-        snprintf(hex, sizeof hex, "<0x%02X>", b);
+        snprintf(hex, sizeof hex, "<0x%02X>", (unsigned)b);
         int32_t id = tok_map_get(&t->vocab, t->blob, hex, 6, "", 0);
         if (id < 0) {
             char c = (char)b;
