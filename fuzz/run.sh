@@ -50,9 +50,9 @@ for n in "${names[@]}"; do
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   cov=$(grep -Eo 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}')
   ft=$(grep -Eo 'ft: [0-9]+' "$log" | tail -1 | awk '{print $2}')
-  corp=$(find "$work" -type f | wc -l)
+  corp=$(find "$work" -type f | wc -l) # the seeds and what this run added
   if [ $rc -eq 0 ]; then res=ok; else
-    res="FAILED (exit $rc): $(grep -Eo 'ERROR: [A-Za-z]+: [^ ]+( [^ ]+)?|ALARM: working on the last Unit for [0-9]+ seconds|out-of-memory \(malloc\([0-9]+\)\)|out-of-memory \(used: [0-9]+Mb' "$log" | head -1)"
+    res="FAILED (exit $rc): $(grep -a -Eo 'ERROR: [A-Za-z]+: [^ ]+( [^ ]+)?|ALARM: working on the last Unit for [0-9]+ seconds|out-of-memory \(malloc\([0-9]+\)\)|out-of-memory \(used: [0-9]+Mb' "$log" | head -1 | tr -d '\n\r')"
     fail=1
   fi
   printf '%-18s %12s %8s %10s %8s  %s\n' "$n" "${execs:-?}" "${cov:-?}" "${ft:-?}" "$corp" "$res"
