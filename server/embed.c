@@ -271,13 +271,16 @@ void srv_embed_watch(srv *s) {
     pthread_mutex_lock(&s->reg_mu);
     for (int i = 0; i < s->reg_len; i++) {
         sreq *r = s->reg[i];
-        if (!r->embed || r->embed->fd < 0) continue;
+        const int fd = r->embed ? r->embed->fd : r->fd;
+        if (fd < 0) continue;
         pthread_mutex_lock(&r->mu); /* suspended under mu: the socket stays open */
-        const bool gone = r->suspended && !r->cancel_sent && client_gone(r->embed->fd);
-        if (gone) r->http_gone = r->cancel_sent = true;
+        const bool gone = r->suspended && !r->cancel_sent && !r->engine_done && client_gone(fd);
+        if (gone) r->http_gone = r->cancel_sent = r->counted = true, r->q_len = 0;
         pthread_mutex_unlock(&r->mu);
         if (!gone) continue;
-        srv_embed_cancel(s, r); /* the cancelled events end it; the handler closes the connection */
+        /* the cancelled events end it; the resumed handler (or stream reader) closes the connection */
+        if (r->embed) srv_embed_cancel(s, r);
+        else kvant_engine_cancel(s->e, r->id);
         pthread_mutex_lock(&s->mt.mu);
         s->mt.req_cancelled++;
         pthread_mutex_unlock(&s->mt.mu);

@@ -66,6 +66,8 @@ sreq *srv_req_submit(srv *s, parsed *p, bool chat, struct MHD_Connection *c, dou
     r->n_stops = p->n_stops;
     p->n_stops = 0;
     r->conn = c;
+    const union MHD_ConnectionInfo *ci = c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
+    r->fd = ci ? ci->connect_fd : -1;
     r->created = (int64_t)time(NULL);
     r->t_arrive = t_arrive;
     pthread_mutex_lock(&s->reg_mu);
@@ -93,19 +95,29 @@ sreq *srv_req_submit(srv *s, parsed *p, bool chat, struct MHD_Connection *c, dou
     return r;
 }
 
-void srv_req_hangup(sreq *r) {
+void srv_req_hangup(sreq *r, bool delivered) {
     srv *s = r->s;
     pthread_mutex_lock(&r->mu);
     r->http_gone = true;
     r->q_len = 0;
     const bool cancel = !r->engine_done && !r->cancel_sent;
     r->cancel_sent = true;
+    /* embeddings count their ok in srv_render_embeddings */
+    const bool count = !r->counted && (cancel || !r->embed);
+    r->counted = true;
     pthread_mutex_unlock(&r->mu);
     if (cancel) {
         if (r->embed) srv_embed_cancel(s, r); /* every input */
         else kvant_engine_cancel(s->e, r->id); /* client gone: free its blocks now */
+    }
+    if (count) {
+        /* all_finished and the choices are the consumer's, which this is (the completion callback) */
+        bool ok = !cancel && delivered && r->all_finished;
+        for (int i = 0; ok && i < r->n; i++)
+            if (r->ch[i].engine_finish == KVANT_FINISH_CANCELLED) ok = false; /* srv_reg_cancel_all */
         pthread_mutex_lock(&s->mt.mu);
-        s->mt.req_cancelled++;
+        if (ok) s->mt.req_ok++;
+        else s->mt.req_cancelled++;
         pthread_mutex_unlock(&s->mt.mu);
     }
     srv_req_unref(r);

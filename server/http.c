@@ -127,6 +127,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         srv_drain(r);
         if (r->out_len || r->all_finished) continue;
         pthread_mutex_lock(&r->mu);
+        if (r->http_gone) { /* srv_embed_watch saw the client leave and cancelled it */
+            pthread_mutex_unlock(&r->mu);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
         if (!r->q_len) {
             r->suspended = true;
             MHD_suspend_connection(r->conn);
@@ -143,6 +147,10 @@ static enum MHD_Result finish_blocking(srv *s, conn_ctx *x, struct MHD_Connectio
         srv_drain(r);
         if (r->all_finished) break;
         pthread_mutex_lock(&r->mu);
+        if (r->http_gone) { /* srv_embed_watch saw the client leave and cancelled it: close */
+            pthread_mutex_unlock(&r->mu);
+            return MHD_NO;
+        }
         if (!r->q_len) {
             r->suspended = true;
             MHD_suspend_connection(c);
@@ -451,7 +459,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     if (s->p.log_requests)
         srv_log(KVANT_LOG_INFO, "%d %.1f ms%s", x->status, kvant_time_ms() - x->t0,
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
-    if (x->req) srv_req_hangup(x->req);
+    if (x->req) srv_req_hangup(x->req, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
     free(x->body);
     free(x);
 }

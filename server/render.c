@@ -337,8 +337,7 @@ void srv_drain(sreq *r) {
         if (cancel) kvant_engine_cancel(s->e, r->id); /* stop strings: free the blocks now */
         int gen = 0;
         for (int i = 0; i < r->n; i++) gen += r->ch[i].n_tokens;
-        pthread_mutex_lock(&s->mt.mu);
-        s->mt.req_ok++;
+        pthread_mutex_lock(&s->mt.mu); /* the outcome is counted when the connection ends (srv_req_hangup) */
         s->mt.prompt_tokens += (uint64_t)r->n_prompt;
         s->mt.gen_tokens += (uint64_t)gen;
         pthread_mutex_unlock(&s->mt.mu);

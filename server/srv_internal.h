@@ -88,6 +88,8 @@ typedef struct sreq {
     uint64_t tool_seed;     /* the calls' ids: from it and the choice's index */
     int n;                  /* samples the engine generates (best_of); 0 for embeddings */
     srv_embed *embed;       /* POST /v1/embeddings (NULL: a generation) */
+    int fd;                 /* the connection's socket, peeked at while suspended (srv_embed_watch) */
+    bool counted;           /* its outcome is in kvant_requests_total (mu) */
     int n_return;           /* choices in the response: the n_return best (all when equal) */
     choice ch[SRV_MAX_N];
     char *stops[SRV_MAX_STOPS];
@@ -208,8 +210,12 @@ void *srv_engine_main(void *arg);   /* the engine thread */
  * it.  NULL + st when the engine refuses (KVANT_ERR_FULL: queue full). */
 sreq *srv_req_submit(srv *s, parsed *p, bool chat, struct MHD_Connection *c, double t_arrive, kvant_status *st);
 void srv_req_unref(sreq *r);
-/* the connection is gone: cancel r if it is unfinished, drop its reference */
-void srv_req_hangup(sreq *r);
+/* The connection is gone: cancel r if it is unfinished, drop its reference.
+ * A generation's outcome is counted here, once (unless srv_embed_watch
+ * counted it): ok when every choice finished and the whole response was
+ * delivered (libmicrohttpd's COMPLETED_OK), else cancelled (the client left
+ * before the end, or the server's shutdown cancelled it: finish "abort"). */
+void srv_req_hangup(sreq *r, bool delivered);
 int srv_reg_count(srv *s);          /* requests the engine still runs */
 void srv_reg_cancel_all(srv *s);
 
@@ -228,8 +234,11 @@ bool srv_embed_has(const sreq *r, int64_t id);
 void srv_embed_cancel(srv *s, sreq *r);    /* cancels every input's engine request */
 /* The engine thread, after each step (every 100 ms at most): libmicrohttpd
  * does not see a suspended connection close, so the sockets of suspended
- * embeddings requests are peeked at; one whose client has gone has every
- * input cancelled and r->http_gone set (the handler then closes it). */
+ * requests (embeddings, non-streamed generations waiting for their end,
+ * streams waiting for a token or for admission) are peeked at; one whose
+ * client has gone is cancelled (every input of an embeddings request), r->
+ * http_gone set and counted cancelled; the resumed handler or stream
+ * reader then closes the connection. */
 void srv_embed_watch(srv *s);
 void srv_embed_free(srv_embed *e);
 /* the response body of a request whose vectors have all arrived (NULL:

@@ -957,6 +957,41 @@ static void test_disconnect_frees_blocks(void **state) {
     free(m.p);
 }
 
+/* A non-streamed completion whose client hangs up: its connection waits
+ * suspended, where libmicrohttpd does not see a close, so the server's watch
+ * peeks at the socket and cancels it (it used to run to max_tokens and count
+ * as ok); kvant_requests_total counts it once, as cancelled, and a
+ * completion delivered after it once, as ok. */
+static void test_blocking_disconnect_cancels(void **state) {
+    (void)state;
+    const long ok0 = metric(g_srv.port, "kvant_requests_total{outcome=\"ok\"}");
+    const long cancelled0 = metric(g_srv.port, "kvant_requests_total{outcome=\"cancelled\"}");
+    http_buf b = {0};
+    struct curl_slist *hd;
+    CURL *h = http_make(g_srv.port, "POST", "/v1/completions",
+                        "{\"prompt\":\"Once upon a time\",\"max_tokens\":2000,\"ignore_eos\":true}", KEY, &b, &hd);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 150L);
+    assert_int_equal(curl_easy_perform(h), CURLE_OPERATION_TIMEDOUT);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hd);
+    free(b.p);
+    long running = -1, used = -1, cancelled = cancelled0;
+    for (int i = 0; i < 100; i++) {
+        running = metric(g_srv.port, "kvant_num_requests_running");
+        used = metric(g_srv.port, "kvant_kv_blocks_used");
+        cancelled = metric(g_srv.port, "kvant_requests_total{outcome=\"cancelled\"}");
+        if (!running && !used && cancelled > cancelled0) break;
+        usleep(50000);
+    }
+    assert_int_equal(running, 0);
+    assert_int_equal(used, 0);
+    assert_int_equal(cancelled, cancelled0 + 1);
+    assert_int_equal(metric(g_srv.port, "kvant_requests_total{outcome=\"ok\"}"), ok0);
+    cJSON_Delete(post_ok("/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":4}"));
+    assert_int_equal(metric(g_srv.port, "kvant_requests_total{outcome=\"ok\"}"), ok0 + 1);
+    assert_int_equal(metric(g_srv.port, "kvant_requests_total{outcome=\"cancelled\"}"), cancelled0 + 1);
+}
+
 static void test_queue_full_429(void **state) {
     (void)state;
     server_proc s = start_stories("--max-seqs 1 --max-queue 1 -q", "server_429.log");
@@ -1416,6 +1451,7 @@ int main(void) {
         cmocka_unit_test(test_tokenize_detokenize),
         cmocka_unit_test(test_batched_equals_sequential),
         cmocka_unit_test(test_disconnect_frees_blocks),
+        cmocka_unit_test(test_blocking_disconnect_cancels),
         cmocka_unit_test(test_embeddings),
         cmocka_unit_test(test_embeddings_batching_invariance),
         cmocka_unit_test(test_embeddings_refusals),
