@@ -23,6 +23,8 @@ typedef struct {
     struct curl_slist *hdrs;
     char *body;
     bool inject, done, got_done_marker;
+    bool hung_up;           /* --disconnect: the client closed it on purpose */
+    int cut_after;          /* --disconnect: close after this many chunks with text (0: never) */
     double t_start, t_first, t_last, t_end;
     int n_chunks, out_tokens, in_tokens;
     long status;
@@ -41,6 +43,8 @@ typedef struct {
     int c, n, max_tokens, prompt_words, inject_words, inject_max_tokens;
     int prompt_tokens, inject_tokens, vocab;  /* > 0: prompts of random token ids */
     double rate, timeout_s, inject_at, temperature;
+    double duration_s;      /* > 0: start requests for this long (-n is then a cap) */
+    double disconnect_p;    /* share of requests the client abandons mid-stream */
     bool json, ignore_eos;
     uint64_t seed;
 } lg_opts;
@@ -73,6 +77,10 @@ static void usage(FILE *f) {
             "  --api-key KEY           sent as 'Authorization: Bearer KEY'\n"
             "  --seed S                prompt choice (default 1)\n"
             "  --timeout S             stop everything after S seconds (default 600)\n"
+            "  --duration S            keep starting requests for S seconds, -n at most (soak runs)\n"
+            "  --disconnect P          abandon each request with probability P (0..1) after a random\n"
+            "                          number of text chunks, 1 to max(1, max-tokens/2): a client that\n"
+            "                          leaves mid-stream; counted apart, not as errors\n"
             "  --inject-at S           chunked-prefill scenario: S seconds in, send one long prompt\n"
             "  --inject-words N        its length in words (default 1500, about 2000 tokens)\n"
             "  --inject-tokens N       its length in random token ids (with --prompt-tokens; default 2000)\n"
@@ -206,6 +214,10 @@ static size_t on_data(char *p, size_t sz, size_t nm, void *user) {
                 on_line(r, r->line);
             }
             r->line_len = 0;
+            if (r->cut_after && r->n_chunks >= r->cut_after && !r->got_done_marker) {
+                r->hung_up = true; /* --disconnect: returning short makes libcurl close the connection */
+                return 0;
+            }
             continue;
         }
         if (r->line_len + 2 > r->line_cap) r->line = realloc(r->line, r->line_cap = r->line_cap * 2 + 256);
@@ -390,6 +402,8 @@ int cmd_loadgen(int argc, char **argv) {
         else if (cli_is(&a, "--api-key", NULL)) o.api_key = cli_str(&a);
         else if (cli_is(&a, "--seed", NULL)) o.seed = cli_u64(&a);
         else if (cli_is(&a, "--timeout", NULL)) o.timeout_s = cli_float(&a, 1, 86400);
+        else if (cli_is(&a, "--duration", NULL)) o.duration_s = cli_float(&a, 0.1, 86400);
+        else if (cli_is(&a, "--disconnect", NULL)) o.disconnect_p = cli_float(&a, 0, 1);
         else if (cli_is(&a, "--inject-at", NULL)) o.inject_at = cli_float(&a, 0, 86400);
         else if (cli_is(&a, "--inject-words", NULL)) o.inject_words = cli_int(&a, 1, 1000000);
         else if (cli_is(&a, "--inject-max-tokens", NULL)) o.inject_max_tokens = cli_int(&a, 1, 1 << 20);
@@ -448,7 +462,7 @@ int cmd_loadgen(int argc, char **argv) {
     lg_req *rs = calloc((size_t)n_total, sizeof *rs);
     CURLM *mh = curl_multi_init();
     curl_multi_setopt(mh, CURLMOPT_MAX_HOST_CONNECTIONS, (long)o.c + 1);
-    uint64_t rng = o.seed, arr_rng = o.seed ^ 0xabcdefULL;
+    uint64_t rng = o.seed, arr_rng = o.seed ^ 0xabcdefULL, cut_rng = o.seed ^ 0x5eedc0deULL;
     const double t0 = now_ms();
     double t_next = t0;
     int started = 0, finished = 0, active = 0;
@@ -456,14 +470,20 @@ int cmd_loadgen(int argc, char **argv) {
     fprintf(stderr, "kvant loadgen: %d requests, concurrency %d, %s, %d %s/prompt, %d tokens each -> %s (model '%s')\n",
             o.n, o.c, o.rate > 0 ? "Poisson arrivals" : "all at once", o.prompt_tokens ? o.prompt_tokens : o.prompt_words,
             o.prompt_tokens ? "token ids" : "words", o.max_tokens, o.url, model);
-    while (finished < n_total) {
+    int n_planned = o.n; /* --duration: lowered to what was started when the time is up */
+    while (finished < n_planned + (o.inject_at >= 0)) {
         const double t = now_ms();
         if (t - t0 > o.timeout_s * 1e3) {
             timed_out = true;
             break;
         }
-        while (started < o.n && active < o.c && t >= t_next) {
+        if (o.duration_s > 0 && t - t0 >= o.duration_s * 1e3) n_planned = started;
+        while (started < n_planned && active < o.c && t >= t_next) {
             lg_req *r = &rs[started++];
+            if (o.disconnect_p > 0 && (rng_next(&cut_rng) >> 11) * 0x1.0p-53 < o.disconnect_p) {
+                const int half = o.max_tokens / 2 > 1 ? o.max_tokens / 2 : 1;
+                r->cut_after = 1 + (int)(rng_next(&cut_rng) % (uint64_t)half);
+            }
             req_start(mh, r, &o, model, o.prompt_tokens ? NULL : make_prompt(&cp, o.prompt_words, &rng), o.prompt_tokens,
                       &rng, o.max_tokens);
             active++;
@@ -490,7 +510,9 @@ int cmd_loadgen(int argc, char **argv) {
             r->t_end = now_ms();
             r->done = true;
             curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->status);
-            if (msg->data.result != CURLE_OK)
+            if (r->hung_up)
+                ; /* --disconnect: an outcome of its own */
+            else if (msg->data.result != CURLE_OK)
                 snprintf(r->err, sizeof r->err, "%s", curl_easy_strerror(msg->data.result));
             else if (r->status != 200)
                 snprintf(r->err, sizeof r->err, "HTTP %ld: %.120s", r->status, r->errbody ? r->errbody : "");
@@ -503,7 +525,7 @@ int cmd_loadgen(int argc, char **argv) {
             finished++;
             if (!r->inject) active--;
         }
-        if (finished < n_total) curl_multi_poll(mh, NULL, 0, 2, NULL);
+        if (finished < n_planned + (o.inject_at >= 0)) curl_multi_poll(mh, NULL, 0, 2, NULL);
     }
     double t_end = now_ms();
     if (timed_out) {
@@ -525,7 +547,9 @@ int cmd_loadgen(int argc, char **argv) {
     /* statistics over successful ordinary requests */
     double *ttft = malloc((size_t)n_total * sizeof *ttft), *tpot = malloc((size_t)n_total * sizeof *tpot),
            *e2e = malloc((size_t)n_total * sizeof *e2e);
-    int n_ok = 0, n_err = 0, n_itl = 0, n_tpot = 0;
+    int n_ok = 0, n_err = 0, n_itl = 0, n_tpot = 0, n_hung = 0, n_transport = 0;
+    /* outcomes by HTTP status (what a soak compares with the server's counters) */
+    int st_code[16] = {0}, st_count[16] = {0}, n_codes = 0;
     int64_t in_tok = 0, out_tok = 0;
     for (int i = 0; i < o.n; i++) n_itl += rs[i].n_itl;
     double *itl = malloc((size_t)(n_itl + 1) * sizeof *itl);
@@ -534,6 +558,18 @@ int cmd_loadgen(int argc, char **argv) {
     for (int i = 0; i < o.n; i++) {
         lg_req *r = &rs[i];
         if (i >= started) continue;
+        if (r->hung_up) {
+            n_hung++;
+            continue;
+        }
+        if (r->done && r->status > 0 && r->err[0] && !strncmp(r->err, "HTTP ", 5)) {
+            int k = 0;
+            while (k < n_codes && st_code[k] != (int)r->status) k++;
+            if (k == n_codes && n_codes < 16) st_code[n_codes++] = (int)r->status;
+            if (k < n_codes) st_count[k]++;
+        } else if (r->err[0] || !r->done) {
+            n_transport++; /* no clean answer: connection error, cut stream, no text, not finished */
+        }
         if (r->err[0] || !r->done) {
             n_err++;
             if (!first_err) first_err = r->err[0] ? r->err : "not finished";
@@ -561,6 +597,15 @@ int cmd_loadgen(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "requests", o.n);
         cJSON_AddNumberToObject(j, "completed", n_ok);
         cJSON_AddNumberToObject(j, "errors", n_err);
+        cJSON_AddNumberToObject(j, "started", started);
+        cJSON_AddNumberToObject(j, "disconnected", n_hung);
+        cJSON_AddNumberToObject(j, "transport_errors", n_transport);
+        cJSON *sc = cJSON_AddObjectToObject(j, "http_errors");
+        for (int k = 0; k < n_codes; k++) {
+            char code[16];
+            snprintf(code, sizeof code, "%d", st_code[k]);
+            cJSON_AddNumberToObject(sc, code, st_count[k]);
+        }
         if (first_err) cJSON_AddStringToObject(j, "first_error", first_err);
         cJSON_AddNumberToObject(j, "duration_s", dur);
         cJSON_AddNumberToObject(j, "input_tokens", (double)in_tok);
@@ -594,6 +639,9 @@ int cmd_loadgen(int argc, char **argv) {
         printf("Server:                                  %s\n", o.url);
         printf("Successful requests:                     %d\n", n_ok);
         printf("Failed requests:                         %d\n", n_err);
+        if (o.disconnect_p > 0) printf("Abandoned by the client (--disconnect):  %d\n", n_hung);
+        for (int k = 0; k < n_codes; k++) printf("  HTTP %d:                                %d\n", st_code[k], st_count[k]);
+        if (n_transport) printf("  no clean answer:                       %d\n", n_transport);
         if (first_err) printf("First error:                             %s\n", first_err);
         printf("Benchmark duration (s):                  %.2f\n", dur);
         printf("Total input tokens:                      %lld\n", (long long)in_tok);
