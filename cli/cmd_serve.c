@@ -16,6 +16,7 @@ static void usage(FILE *f) {
             "\n"
             "OpenAI-compatible HTTP server: POST /v1/completions, POST /v1/chat/completions\n"
             "(stream: true gives Server-Sent Events), GET /v1/models, GET /health, GET /metrics,\n"
+            "POST /v1/embeddings, POST /tokenize, POST /detokenize,\n"
             "POST /apply-template ({\"messages\": [...]} -> {\"prompt\": \"...\"}, the chat prompt),\n"
             "GET / (a chat page for a browser: streaming replies, Stop, sampling settings, a live\n"
             "panel of the engine from /metrics).\n"
@@ -25,7 +26,8 @@ static void usage(FILE *f) {
             "  --host ADDR             IPv4 address to bind (default 127.0.0.1: loopback only;\n"
             "                          0.0.0.0 exposes the server to the network)\n"
             "  --port N                TCP port (default 8080; 0: any free port, printed on stderr)\n"
-            "  --api-key KEY           require 'Authorization: Bearer KEY' on /v1/* and /apply-template\n"
+            "  --api-key KEY           require 'Authorization: Bearer KEY' on /v1/*, /apply-template,\n"
+            "                          /tokenize and /detokenize (else 401; compared in constant time)\n"
             "                          (default: none; /, /health, /metrics stay open: the page asks)\n"
             "  --alias NAME            model id clients name (default: the model's name)\n"
             "  --max-seqs N            sequences running at once (default 64)\n"
@@ -39,6 +41,11 @@ static void usage(FILE *f) {
             "  -c, --ctx N             tokens one sequence may hold (default: training context)\n"
             "  --no-prefix-cache       do not reuse KV blocks of identical prompt prefixes\n"
             "  --max-body BYTES        largest request body (default 1048576; larger: 413)\n"
+            "  --max-conns N           connections open at once (default 1000); more wait in the\n"
+            "                          kernel's listen backlog, unanswered, until one closes\n"
+            "  --timeout S             close a connection idle S seconds: nothing received or sent,\n"
+            "                          e.g. a half-sent request (default 30; one waiting for the\n"
+            "                          engine is not idle)\n"
             "  -t, --threads N         compute threads (default: all CPUs)\n"
             "  --chat-template NAME    render chats with this template instead of the one detected\n"
             "                          from the model's tokenizer.chat_template (names below)\n"
@@ -85,6 +92,8 @@ int cmd_serve(int argc, char **argv) {
         else if (cli_is(&a, "-c", "--ctx")) p.engine.max_ctx = cli_int(&a, 1, 1 << 24);
         else if (cli_is(&a, "--no-prefix-cache", NULL)) p.engine.prefix_cache = false;
         else if (cli_is(&a, "--max-body", NULL)) p.max_body = (size_t)cli_int(&a, 64, 1 << 30);
+        else if (cli_is(&a, "--max-conns", NULL)) p.max_conns = cli_int(&a, 1, 1 << 16);
+        else if (cli_is(&a, "--timeout", NULL)) p.timeout_s = cli_int(&a, 1, 86400);
         else if (cli_is(&a, "-t", "--threads")) threads = cli_int(&a, 1, 1024);
         else if (cli_is(&a, "-q", "--quiet")) p.log_requests = false;
         else if (cli_is(&a, "--chat-template", NULL)) p.chat_template = cli_str(&a);

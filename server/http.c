@@ -344,10 +344,16 @@ static bool authorized(srv *s, struct MHD_Connection *c) {
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h || strncasecmp(h, "Bearer ", 7)) return false;
     h += 7;
-    const size_t n = strlen(s->api_key);
-    if (strlen(h) != n) return false;
-    unsigned char diff = 0; /* constant time in the key's length */
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(h[i] ^ s->api_key[i]);
+    /* Constant time: every byte of the key is compared, whatever the sent
+     * key holds or how long it is (a shorter one is read as NUL-padded, a
+     * longer one past the key's length only decides the length check), and
+     * nothing branches on a secret byte; the time depends on the key's
+     * length and on the length of what was sent, both of which the client
+     * knows or may learn (the key's length is not the secret). */
+    const size_t n = strlen(s->api_key), hn = strlen(h);
+    volatile unsigned char diff = (unsigned char)(hn != n);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)((i < hn ? (unsigned char)h[i] : 0u) ^ (unsigned char)s->api_key[i]);
     return !diff;
 }
 
@@ -421,6 +427,15 @@ static enum MHD_Result ahc(void *cls, struct MHD_Connection *c, const char *url,
         if (!(x = calloc(1, sizeof *x))) return MHD_NO;
         x->t0 = kvant_time_ms();
         *con_cls = x;
+        /* a body announced larger than --max-body: 413 now, before it is
+         * read (libmicrohttpd then closes the connection, unread) */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > s->p.max_body) {
+            x->too_big = true;
+            enum MHD_Result ret;
+            body_json(s, x, c, &ret);
+            return ret;
+        }
         return MHD_YES;
     }
     if (*upload_size) {
@@ -475,6 +490,8 @@ srv *srv_start(kvant_model *m, const srv_params *p, kvant_status *st) {
     s->m = m;
     s->p = *p;
     if (!s->p.max_body) s->p.max_body = 1 << 20;
+    if (s->p.max_conns <= 0) s->p.max_conns = 1000;
+    if (s->p.timeout_s <= 0) s->p.timeout_s = 30;
     if (!s->p.default_max_tokens) s->p.default_max_tokens = 16;
     kvant_model_get_info(m, &s->info);
     snprintf(s->model_id, sizeof s->model_id, "%s", p->model_id ? p->model_id : s->info.name);
@@ -520,7 +537,8 @@ srv *srv_start(kvant_model *m, const srv_params *p, kvant_status *st) {
     s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC,
                             (uint16_t)p->port, NULL, NULL, ahc, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)120, MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_END);
+                            (unsigned)s->p.timeout_s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->p.max_conns,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SRV_CONN_MEMORY, MHD_OPTION_END);
     if (!s->d) {
         st->code = KVANT_ERR_IO;
         snprintf(st->msg, sizeof st->msg, "cannot listen on %s:%d (in use?)", host, p->port);

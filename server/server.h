@@ -19,6 +19,11 @@ typedef struct {
     const char *api_key;    /* NULL: no key needed */
     const char *model_id;   /* the id /v1/models lists and requests must name */
     size_t max_body;        /* bytes of a request body (0: 1 MiB); more: 413 */
+    int max_conns;          /* connections open at once (0: 1000); more wait unaccepted in the
+                               listen backlog until one closes */
+    int timeout_s;          /* a connection idle this long (nothing read or written, e.g. a
+                               half-sent request) is closed (0: 30 s); a suspended one
+                               (waiting for the engine) is not idle */
     int default_max_tokens; /* completions without max_tokens (0: 16, OpenAI's) */
     kvant_engine_params engine;
     bool log_requests;      /* one line per request on the library log */

@@ -41,6 +41,16 @@
 #define SRV_MAX_STOP_LEN 256
 #define SRV_EVENTS 4096    /* events taken per engine step call */
 #define SRV_MAX_EMBED_INPUTS 256 /* inputs per /v1/embeddings request */
+/* The limits on what a client controls (README, "Limits", has the table) */
+#define SRV_MAX_MESSAGES 4096    /* messages per chat request */
+#define SRV_MAX_TOOLS 128        /* tools per chat request */
+#define SRV_MAX_LOGIT_BIAS 1024  /* logit_bias entries */
+#define SRV_MAX_GRAMMAR_BYTES (64 * 1024) /* a GBNF grammar, or a JSON schema as compact JSON text */
+#define SRV_MAX_SCHEMA_DEPTH 64  /* JSON nesting of a schema (response_format, json_schema, tool parameters) */
+/* libmicrohttpd's memory per connection: the request line and headers must
+ * fit in it with room to spare (a larger header gets 431, a longer URL 414,
+ * from libmicrohttpd itself); a streamed response's buffer comes from it too */
+#define SRV_CONN_MEMORY (32 * 1024)
 
 /* one of a request's n samples, as the consumer sees it */
 typedef struct {
