@@ -59,6 +59,15 @@ static bool get_bool(cJSON *j, const char *name, bool *out, verr *v) {
     return true;
 }
 
+/* whether j nests objects / arrays more than max levels deep ({} is one) */
+static bool deeper_than(const cJSON *j, int max) {
+    if (!cJSON_IsObject(j) && !cJSON_IsArray(j)) return false;
+    if (max <= 0) return true;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, j) if (deeper_than(e, max - 1)) return true;
+    return false;
+}
+
 void srv_parsed_free(parsed *p) {
     free(p->text);
     free(p->ids);
@@ -263,12 +272,20 @@ static bool parse_structured(srv *s, cJSON *j, parsed *p, verr *v) {
         param = k, where = w, kind = kk, src = sv;
     }
     if (!param) return true;
+    if (kind == KVANT_GRAMMAR_JSON_SCHEMA && src && deeper_than(src, SRV_MAX_SCHEMA_DEPTH))
+        return srv_bad(v, param, "%s nests deeper than %d levels", where, SRV_MAX_SCHEMA_DEPTH);
     char *text = kind == KVANT_GRAMMAR_JSON_SCHEMA && src ? cJSON_PrintUnformatted(src) : NULL;
     if (kind == KVANT_GRAMMAR_JSON_SCHEMA && src && !text) {
         v->status = 500;
         return srv_bad(v, NULL, "out of memory");
     }
     const char *t = kind == KVANT_GRAMMAR_GBNF ? src->valuestring : text;
+    if (t && strlen(t) > SRV_MAX_GRAMMAR_BYTES) {
+        const size_t len = strlen(t);
+        cJSON_free(text);
+        return srv_bad(v, param, "%s has %zu bytes%s; at most %d", where, len,
+                       kind == KVANT_GRAMMAR_GBNF ? "" : " as compact JSON", SRV_MAX_GRAMMAR_BYTES);
+    }
     kvant_status st;
     p->req.grammar = kvant_grammar_new(s->m, kind, t, t ? strlen(t) : 0, &st);
     cJSON_free(text);
@@ -338,7 +355,8 @@ static bool parse_logit_bias(srv *s, cJSON *j, parsed *p, verr *v) {
     if (!lb) return true;
     if (!cJSON_IsObject(lb)) return srv_bad(v, "logit_bias", "'logit_bias' must be an object of token id -> bias");
     const int n = cJSON_GetArraySize(lb);
-    if (n > 1024) return srv_bad(v, "logit_bias", "'logit_bias' has %d entries; at most 1024", n);
+    if (n > SRV_MAX_LOGIT_BIAS)
+        return srv_bad(v, "logit_bias", "'logit_bias' has %d entries; at most %d", n, SRV_MAX_LOGIT_BIAS);
     if (!n) return true;
     if (!(p->bias = malloc((size_t)n * sizeof *p->bias))) {
         v->status = 500;
@@ -542,7 +560,7 @@ static bool parse_prompt(srv *s, cJSON *j, parsed *p, verr *v) {
 static bool check_tools(cJSON *tools, verr *v) {
     if (!cJSON_IsArray(tools)) return srv_bad(v, "tools", "'tools' must be an array");
     const int n = cJSON_GetArraySize(tools);
-    if (n > 128) return srv_bad(v, "tools", "'tools' has %d tools; at most 128", n);
+    if (n > SRV_MAX_TOOLS) return srv_bad(v, "tools", "'tools' has %d tools; at most %d", n, SRV_MAX_TOOLS);
     int i = 0;
     cJSON *t, *f;
     cJSON_ArrayForEach(t, tools) {
@@ -556,6 +574,9 @@ static bool check_tools(cJSON *tools, verr *v) {
                 return srv_bad(v, "tools", "tools[%d].function.description must be a string", i);
             if (!strcmp(f->string, "parameters") && !cJSON_IsObject(f) && !cJSON_IsNull(f))
                 return srv_bad(v, "tools", "tools[%d].function.parameters must be an object (a JSON Schema)", i);
+            if (!strcmp(f->string, "parameters") && deeper_than(f, SRV_MAX_SCHEMA_DEPTH))
+                return srv_bad(v, "tools", "tools[%d].function.parameters nests deeper than %d levels", i,
+                               SRV_MAX_SCHEMA_DEPTH);
             if (!strcmp(f->string, "strict") && !cJSON_IsBool(f) && !cJSON_IsNull(f))
                 return srv_bad(v, "tools", "tools[%d].function.strict must be a boolean", i);
         }
@@ -692,7 +713,7 @@ static bool parse_messages(srv *s, cJSON *j, parsed *p, verr *v, bool add_assist
     if (!cJSON_IsArray(ms)) return srv_bad(v, "messages", "'messages' must be an array");
     const int n = cJSON_GetArraySize(ms);
     if (!n) return srv_bad(v, "messages", "'messages' is empty");
-    if (n > 4096) return srv_bad(v, "messages", "too many messages");
+    if (n > SRV_MAX_MESSAGES) return srv_bad(v, "messages", "'messages' has %d messages; at most %d", n, SRV_MAX_MESSAGES);
     if (tools && !check_tools(tools, v)) return false;
     kvant_chat_msg *msg = calloc((size_t)n, sizeof *msg);
     char **own = calloc((size_t)n, sizeof *own), **calls = calloc((size_t)n, sizeof *calls);
@@ -742,6 +763,12 @@ static bool parse_tool_choice(srv *s, cJSON *j, parsed *p, verr *v) {
     if (!tools_json) {
         v->status = 500;
         return srv_bad(v, NULL, "out of memory");
+    }
+    if (strlen(tools_json) > SRV_MAX_GRAMMAR_BYTES) { /* their schemas become the call's grammar */
+        const size_t len = strlen(tools_json);
+        cJSON_free(tools_json);
+        return srv_bad(v, "tools", "tool_choice forces a call, and the tools' JSON has %zu bytes; at most %d are "
+                       "compiled to a grammar", len, SRV_MAX_GRAMMAR_BYTES);
     }
     kvant_status st;
     int bad_tool = -1;
