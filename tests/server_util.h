@@ -1,5 +1,5 @@
 /* server_util.h - what the `kvant serve` tests share (test_server,
- * test_server_tools; linked into those two): the server as a child process
+ * test_server_tools, test_server_limits; linked into those): the server as a child process
  * on a free loopback port, and HTTP requests to it with libcurl. */
 #ifndef KVANT_SERVER_UTIL_H
 #define KVANT_SERVER_UTIL_H
