@@ -213,8 +213,9 @@ static void test_messages(void **state) {
     expect_sb("/v1/chat/completions", &b, 400, "messages");
 }
 
-/* 128 tools, 129 refused; a forced call's tools (their schemas become its
- * grammar) over 64 KiB of JSON refused */
+/* 128 tools, 129 refused; parameters nested 64 levels, 65 refused; a
+ * forced call's tools (their schemas become its grammar) over 64 KiB of
+ * JSON refused */
 static void test_tools(void **state) {
     (void)state;
     for (int n = 128; n <= 129; n++) {
@@ -223,6 +224,16 @@ static void test_tools(void **state) {
         for (int i = 0; i < n; i++) sb_add(&b, "%s{\"type\":\"function\",\"function\":{\"name\":\"f%d\"}}", i ? "," : "", i);
         sb_add(&b, "]}");
         expect_sb("/apply-template", &b, n == 128 ? 200 : 400, "tools");
+    }
+    for (int depth = 64; depth <= 65; depth++) { /* parameters nested 64 levels, then 65 */
+        sbuf b = {0};
+        sb_add(&b, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{\"type\":\"function\",\"function\":"
+                   "{\"name\":\"f\",\"parameters\":");
+        for (int i = 0; i < depth; i++) sb_add(&b, "{\"a\":");
+        sb_add(&b, "1");
+        for (int i = 0; i < depth; i++) sb_add(&b, "}");
+        sb_add(&b, "}}]}");
+        expect_sb("/apply-template", &b, depth == 64 ? 200 : 400, "tools");
     }
     sbuf b = {0};
     sb_add(&b, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tool_choice\":\"required\",\"tools\":[{\"type\":"
