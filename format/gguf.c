@@ -441,6 +441,38 @@ static bool parse_tensor_info(reader *r, gguf_ctx *g, int64_t i, gguf_tensor *t)
     return true;
 }
 
+static int cmp_extent(const void *a, const void *b) {
+    const gguf_tensor *x = *(const gguf_tensor *const *)a, *y = *(const gguf_tensor *const *)b;
+    return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+/* No two tensors' data may overlap (llama.cpp's reader is stricter still: it
+ * wants them back to back, in order).  So the tensors' bytes sum to at most
+ * the file's size, and whatever is sized by tensor data (converted vectors,
+ * repacked matrices, the experts' views) is bounded by the file. */
+static bool check_disjoint(reader *r, gguf_ctx *g) {
+    if (g->n_tensors < 2) return true;
+    const gguf_tensor **by = malloc((size_t)g->n_tensors * sizeof *by);
+    if (!by) return rfail(r, KVANT_ERR_NOMEM, "out of memory"), false;
+    for (int64_t i = 0; i < g->n_tensors; i++) by[i] = &g->tensors[i];
+    qsort(by, (size_t)g->n_tensors, sizeof *by, cmp_extent);
+    for (int64_t i = 1; i < g->n_tensors; i++) {
+        const gguf_tensor *a = by[i - 1], *b = by[i];
+        if (b->offset < a->offset + a->nbytes) { /* no overflow: both extents lie inside the file */
+            char qa[96], qb[96];
+            quote(qa, sizeof qa, a->name, strlen(a->name));
+            quote(qb, sizeof qb, b->name, strlen(b->name));
+            rfail(r, KVANT_ERR_FORMAT, "tensor %" PRId64 " %s: data at offset %" PRIu64 " overlaps tensor %" PRId64
+                  " %s at [%" PRIu64 ", %" PRIu64 ")", (int64_t)(b - g->tensors), qb, b->offset,
+                  (int64_t)(a - g->tensors), qa, a->offset, a->offset + (uint64_t)a->nbytes);
+            free(by);
+            return false;
+        }
+    }
+    free(by);
+    return true;
+}
+
 static bool parse_tensors(reader *r, gguf_ctx *g, uint64_t n_tensors) {
     g->tensors = calloc((size_t)(n_tensors ? n_tensors : 1), sizeof *g->tensors);
     if (!g->tensors) return rfail(r, KVANT_ERR_NOMEM, "out of memory for %" PRIu64 " tensors", n_tensors), false;
@@ -469,7 +501,7 @@ static bool parse_tensors(reader *r, gguf_ctx *g, uint64_t n_tensors) {
         t->data = r->base + start;
     }
     r->where[0] = 0;
-    return true;
+    return check_disjoint(r, g);
 }
 
 static gguf_ctx *parse(const uint8_t *data, size_t size, const char *name, kvant_status *st) {

@@ -407,11 +407,32 @@ static kvant_code load_opened(model *m, const char *path, kvant_status *st) {
     const int64_t C = c->dim, V = c->vocab_size;
     const int64_t QD = (int64_t)c->n_heads * c->head_dim, KVD = (int64_t)c->n_kv_heads * c->head_dim;
 
-    /* converted vectors: per layer 4 norms of C, 2 of D, biases of QD + 2 KVD, bo C; + output norm + rope factors */
+    /* converted vectors: per layer 4 norms of C, 2 of D, biases of QD + 2 KVD, bo C; + output norm + rope
+     * factors.  The config alone could ask for gigabytes (1024 layers of 65536 + ... floats) before any
+     * tensor is seen, so the size is also capped by what the file holds: only a non-F32 tensor of one row
+     * is converted, each at most once, so the floats of those tensors bound it (README, "Hostile files") */
     ld.owned_cap = (size_t)c->n_layers * (size_t)(5 * C + 2 * c->head_dim + QD + 2 * KVD) + (size_t)C +
                    3 * (size_t)c->rope_dim;
+    size_t in_file = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(m->gguf); i++) {
+        const gguf_tensor *t = gguf_tensor_at(m->gguf, i);
+        if (t->type != KT_F32 && t->ne[1] * t->ne[2] * t->ne[3] == 1) in_file += (size_t)t->ne[0];
+    }
+    if (in_file < ld.owned_cap) ld.owned_cap = in_file;
+    /* the experts' matrix views: every layer's ffn_gate_exps must hold its E x expert_hidden rows first,
+     * so that E x layers is paid for by tensor bytes in the file (whose extents are disjoint) */
+    for (int l = 0; l < c->n_layers && c->n_expert > 0; l++) {
+        char name[96];
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.weight", l);
+        const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+        if (!t || t->ne[1] * t->ne[2] * t->ne[3] != (int64_t)c->n_expert * c->expert_hidden) {
+            rc = core_fail(st, KVANT_ERR_FORMAT, "%s: tensor '%s' is missing or does not hold %d experts of %d rows",
+                           path, name, c->n_expert, c->expert_hidden);
+            goto done;
+        }
+    }
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-    m->owned = malloc(ld.owned_cap * sizeof(float));
+    m->owned = malloc((ld.owned_cap ? ld.owned_cap : 1) * sizeof(float));
     if (c->n_expert > 0) m->expert_mats = calloc((size_t)c->n_layers * 3 * (size_t)c->n_expert, sizeof(model_mat));
     if (!m->layers || !m->owned || (c->n_expert > 0 && !m->expert_mats)) {
         rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory");

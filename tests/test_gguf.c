@@ -890,6 +890,88 @@ static void test_random_corruption(void **state) {
     free(base);
 }
 
+/* ---- hostile counts: refused before anything is sized by them (README, "Hostile files") ----
+ * 2^40 keys, tensors, or array items of each kind in a file of a few dozen bytes: the reader bounds every
+ * count by the bytes left times the smallest size an item has, so each is refused with "cannot fit" /
+ * "extends past end of file" - the checks made before allocating - and never with "out of memory" or a
+ * "truncated" found after allocating 2^40 items (44 TB of gguf_value). */
+static void expect_refused_early(const rawbuf *r, const char *what) {
+    kvant_status st = {0};
+    assert_null(gguf_open_mem(r->b, r->n, "huge.gguf", &st));
+    if (st.code != KVANT_ERR_FORMAT || !gguf_malformed_matches(st.msg, "cannot fit|extends past end of file"))
+        fail_msg("%s: %s", what, st.msg);
+}
+
+static void test_huge_counts_refused_early(void **state) {
+    (void)state;
+    const uint64_t huge = 1ull << 40;
+    rawbuf r = {.n = 0};
+    raw_header(&r, 0, huge);
+    raw_zeros(&r, 64);
+    expect_refused_early(&r, "2^40 keys");
+    r.n = 0;
+    raw_header(&r, huge, 1);
+    raw_zeros(&r, 64);
+    expect_refused_early(&r, "2^40 tensors");
+    static const uint32_t elems[] = {GGUF_UINT8, GGUF_UINT64, GGUF_STRING, GGUF_ARRAY};
+    for (size_t i = 0; i < sizeof elems / sizeof *elems; i++) {
+        r.n = 0;
+        raw_header(&r, 0, 1);
+        raw_str(&r, "a");
+        raw_u32(&r, GGUF_ARRAY);
+        raw_u32(&r, elems[i]);
+        raw_u64(&r, huge);
+        raw_zeros(&r, 64);
+        expect_refused_early(&r, gguf_vtype_name((gguf_vtype)elems[i]));
+    }
+    /* the same 2^40 one level down: an array holding one array of 2^40 strings */
+    r.n = 0;
+    raw_header(&r, 0, 1);
+    raw_str(&r, "a");
+    raw_u32(&r, GGUF_ARRAY);
+    raw_u32(&r, GGUF_ARRAY);
+    raw_u64(&r, 1);
+    raw_u32(&r, GGUF_STRING);
+    raw_u64(&r, huge);
+    raw_zeros(&r, 64);
+    expect_refused_early(&r, "nested");
+}
+
+/* two tensors whose data overlap are refused: with disjoint extents the tensors' bytes sum to at most the
+ * file's size, which bounds what is sized by them (converted vectors, repacked matrices) */
+static void test_overlapping_tensors_refused(void **state) {
+    (void)state;
+    rawbuf r = {.n = 0};
+    raw_header(&r, 2, 0);
+    raw_str(&r, "a");
+    raw_u32(&r, 1);
+    raw_u64(&r, 16); /* 64 bytes at 0 */
+    raw_u32(&r, KT_F32);
+    raw_u64(&r, 0);
+    raw_str(&r, "b");
+    raw_u32(&r, 1);
+    raw_u64(&r, 8); /* 32 bytes at 0 too */
+    raw_u32(&r, KT_F32);
+    raw_u64(&r, 0);
+    raw_zeros(&r, (32 - r.n % 32) % 32);
+    raw_zeros(&r, 96);
+    kvant_status st = {0};
+    assert_null(gguf_open_mem(r.b, r.n, "overlap.gguf", &st));
+    assert_int_equal(st.code, KVANT_ERR_FORMAT);
+    assert_non_null(strstr(st.msg, "overlaps tensor"));
+    /* b at 64: back to back is fine */
+    size_t off_b = 24 + (8 + 1 + 4 + 8 + 4 + 8) + (8 + 1 + 4 + 8 + 4);
+    r.b[off_b] = 64;
+    gguf_ctx *g = gguf_open_mem(r.b, r.n, "adjacent.gguf", &st);
+    if (!g) fail_msg("%s", st.msg);
+    assert_int_equal(gguf_n_tensors(g), 2);
+    gguf_close(g);
+    /* b at 32: overlaps a's last 32 bytes */
+    r.b[off_b] = 32;
+    assert_null(gguf_open_mem(r.b, r.n, "overlap16.gguf", &st));
+    assert_non_null(strstr(st.msg, "overlaps tensor"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories260k),
@@ -908,6 +990,8 @@ int main(void) {
         cmocka_unit_test(test_malformed_folder),
         cmocka_unit_test(test_every_prefix_fails),
         cmocka_unit_test(test_random_corruption),
+        cmocka_unit_test(test_huge_counts_refused_early),
+        cmocka_unit_test(test_overlapping_tensors_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,13 @@
 
 #include "testutil.h"
 #include "kvant.h"
+#include "format/gguf.h"
+#include "kernels/types.h"
+#include "model/model.h"
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static kvant_model *open_model(const char *rel, const char *tok_rel, int threads) {
     kvant_status st;
@@ -263,6 +270,77 @@ static void test_llamacpp_logits(void **state) {
     }
 }
 
+/* ---- hostile configs: the loader's allocations are paid for by the file (README, "Hostile files") ----
+ * A GGUF of a few hundred KB whose keys claim the largest config model_check_config allows (1024 layers of
+ * 65536 wide, 1024 heads; with 1024 experts) used to make the loader allocate the converted-vector buffer
+ * (2 GiB) and the experts' views (126 MB) before looking at a tensor.  In a child whose address space is
+ * limited to 96 MB more than it has, each must be refused as a bad file (a missing tensor), not with "out
+ * of memory".  (Skipped under ASan / TSan, whose shadow memory needs a huge address space.) */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KVANT_TEST_NO_RLIMIT 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define KVANT_TEST_NO_RLIMIT 1
+#endif
+#endif
+
+static uint8_t *hostile_config(int n_expert, size_t *size) {
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_add_str(w, "general.architecture", "llama");
+    gguf_writer_add_u32(w, "llama.embedding_length", 65536);
+    gguf_writer_add_u32(w, "llama.block_count", 1024);
+    gguf_writer_add_u32(w, "llama.attention.head_count", 1024);
+    gguf_writer_add_u32(w, "llama.attention.head_count_kv", 1024);
+    gguf_writer_add_u32(w, "llama.feed_forward_length", 1 << 18);
+    if (n_expert) {
+        gguf_writer_add_u32(w, "llama.expert_count", (uint32_t)n_expert);
+        gguf_writer_add_u32(w, "llama.expert_used_count", 1);
+    }
+    static float row[65536];
+    const int64_t ne[2] = {65536, 1};
+    kvant_status st = {0};
+    assert_int_equal(gguf_writer_add_tensor(w, "token_embd.weight", KT_F32, 2, ne, row, &st), KVANT_OK);
+    uint8_t *buf;
+    assert_int_equal(gguf_writer_write_mem(w, &buf, size, &st), KVANT_OK);
+    gguf_writer_free(w);
+    return buf;
+}
+
+static void test_hostile_config_allocates_little(void **state) {
+    (void)state;
+#ifdef KVANT_TEST_NO_RLIMIT
+    skip();
+#else
+    for (int n_expert = 0; n_expert <= 1024; n_expert += 1024) {
+        size_t size;
+        uint8_t *buf = hostile_config(n_expert, &size);
+        fflush(NULL);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            long pages = 0;
+            FILE *f = fopen("/proc/self/statm", "r");
+            if (!f || fscanf(f, "%ld", &pages) != 1) _exit(3);
+            fclose(f);
+            struct rlimit rl = {.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (96u << 20)};
+            rl.rlim_max = rl.rlim_cur;
+            if (setrlimit(RLIMIT_AS, &rl)) _exit(3);
+            model *m = calloc(1, sizeof *m);
+            kvant_status st = {0};
+            kvant_code rc = model_load_gguf_mem(m, buf, size, "hostile.gguf", &st);
+            fprintf(stderr, "hostile config (%d experts): %s\n", n_expert, st.msg);
+            model_close(m);
+            _exit(rc == KVANT_ERR_FORMAT && (strstr(st.msg, "missing") || strstr(st.msg, "does not hold")) ? 0 : 1);
+        }
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+        free(buf);
+    }
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_bos_llama2c),
@@ -271,6 +349,7 @@ int main(void) {
         cmocka_unit_test(test_cache_vs_recompute_and_batched),
         cmocka_unit_test(test_chunked_prefill_and_threads),
         cmocka_unit_test(test_llamacpp_logits),
+        cmocka_unit_test(test_hostile_config_allocates_little),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
