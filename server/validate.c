@@ -525,12 +525,16 @@ static bool parse_prompt(srv *s, cJSON *j, parsed *p, verr *v) {
         if (n > s->max_ctx) return srv_bad(v, "prompt", "the prompt has %d tokens; the context holds %d", n, s->max_ctx);
         p->ids = malloc((size_t)n * sizeof *p->ids);
         if (!p->ids) return srv_bad(v, "prompt", "out of memory");
-        for (int i = 0; i < n; i++) {
-            cJSON *e = cJSON_GetArrayItem(pr, i);
-            if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int)e->valuedouble || e->valueint < 0 ||
-                e->valueint >= s->info.vocab_size)
-                return srv_bad(v, "prompt", "token ids must be integers in [0, %d)", s->info.vocab_size);
-            p->ids[i] = e->valueint;
+        /* the range before the cast: (int) of a double past INT_MAX is undefined (the fuzzer's
+         * 4666666666666666603); one walk of the list, not cJSON_GetArrayItem's walk per id */
+        int i = 0;
+        cJSON *e;
+        cJSON_ArrayForEach(e, pr) {
+            if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0 && e->valuedouble < s->info.vocab_size) ||
+                e->valuedouble != (double)(int)e->valuedouble)
+                return srv_bad(v, "prompt", "prompt token ids must be integers in [0, %d); prompt[%d] is not",
+                               s->info.vocab_size, i);
+            p->ids[i++] = (int32_t)e->valuedouble;
         }
         p->n_ids = n;
         return true;

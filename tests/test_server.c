@@ -519,6 +519,12 @@ static void test_field_rules(void **state) {
         {"/v1/completions", "{\"prompt\":\"x\",\"repeat_penalty\":1.1,\"repetition_penalty\":1.2}",
          "repetition_penalty"},
         {"/v1/completions", "{\"prompt\":\"x\",\"user\":5}", "user"},
+        /* token ids past int (fuzz/corpus/request/regress-prompt-id-past-int: the cast was undefined), negative,
+         * fractional, past the vocabulary */
+        {"/v1/completions", "{\"prompt\":[1,4666666666666666603,407],\"max_tokens\":4}", "prompt"},
+        {"/v1/completions", "{\"prompt\":[1,-1e300]}", "prompt"},
+        {"/v1/completions", "{\"prompt\":[1,2.5]}", "prompt"},
+        {"/v1/completions", "{\"prompt\":[1,100000]}", "prompt"},
         {"/tokenize", "{\"content\":\"x\",\"foo\":1}", "foo"},
         {"/tokenize", "{\"text\":\"x\"}", "text"},
         {"/detokenize", "{\"tokens\":[-1]}", "tokens"},
@@ -537,8 +543,10 @@ static void test_field_rules(void **state) {
         assert_non_null(param);
         assert_string_equal(param, refused[i].param);
         assert_non_null(msg);
-        if (strcmp(refused[i].param, "messages") && strcmp(refused[i].param, "tokens"))
+        if (strcmp(refused[i].param, "messages") && strcmp(refused[i].param, "tokens")) {
+            if (!strstr(msg, refused[i].param)) fprintf(stderr, "refused case %zu: '%s' lacks '%s'\n", i, msg, refused[i].param);
             assert_non_null(strstr(msg, refused[i].param)); /* the message names it too */
+        }
         cJSON_Delete(j);
         free(b.p);
     }
