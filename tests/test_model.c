@@ -12,7 +12,6 @@
 #include "kvant.h"
 #include "format/gguf.h"
 #include "kernels/types.h"
-#include "model/model.h"
 
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -284,7 +283,7 @@ static void test_llamacpp_logits(void **state) {
 #endif
 #endif
 
-static uint8_t *hostile_config(int n_expert, size_t *size) {
+static const char *hostile_config(int n_expert) {
     gguf_writer *w = gguf_writer_new();
     gguf_writer_add_str(w, "general.architecture", "llama");
     gguf_writer_add_u32(w, "llama.embedding_length", 65536);
@@ -300,10 +299,10 @@ static uint8_t *hostile_config(int n_expert, size_t *size) {
     const int64_t ne[2] = {65536, 1};
     kvant_status st = {0};
     assert_int_equal(gguf_writer_add_tensor(w, "token_embd.weight", KT_F32, 2, ne, row, &st), KVANT_OK);
-    uint8_t *buf;
-    assert_int_equal(gguf_writer_write_mem(w, &buf, size, &st), KVANT_OK);
+    const char *path = tmp_path(n_expert ? "hostile-experts.gguf" : "hostile.gguf");
+    assert_int_equal(gguf_writer_write_file(w, path, &st), KVANT_OK);
     gguf_writer_free(w);
-    return buf;
+    return path;
 }
 
 static void test_hostile_config_allocates_little(void **state) {
@@ -312,8 +311,7 @@ static void test_hostile_config_allocates_little(void **state) {
     skip();
 #else
     for (int n_expert = 0; n_expert <= 1024; n_expert += 1024) {
-        size_t size;
-        uint8_t *buf = hostile_config(n_expert, &size);
+        const char *path = hostile_config(n_expert);
         fflush(NULL);
         pid_t pid = fork();
         assert_true(pid >= 0);
@@ -325,18 +323,18 @@ static void test_hostile_config_allocates_little(void **state) {
             struct rlimit rl = {.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (96u << 20)};
             rl.rlim_max = rl.rlim_cur;
             if (setrlimit(RLIMIT_AS, &rl)) _exit(3);
-            model *m = calloc(1, sizeof *m);
             kvant_status st = {0};
-            kvant_code rc = model_load_gguf_mem(m, buf, size, "hostile.gguf", &st);
+            kvant_model_params p = {.n_threads = 1};
+            kvant_model *m = kvant_model_open(path, &p, &st);
             fprintf(stderr, "hostile config (%d experts): %s\n", n_expert, st.msg);
-            model_close(m);
-            _exit(rc == KVANT_ERR_FORMAT && (strstr(st.msg, "missing") || strstr(st.msg, "does not hold")) ? 0 : 1);
+            kvant_model_free(m);
+            _exit(!m && st.code == KVANT_ERR_FORMAT && (strstr(st.msg, "missing") || strstr(st.msg, "does not hold"))
+                      ? 0 : 1);
         }
         int status = 0;
         assert_int_equal(waitpid(pid, &status, 0), pid);
         assert_true(WIFEXITED(status));
         assert_int_equal(WEXITSTATUS(status), 0);
-        free(buf);
     }
 #endif
 }
