@@ -81,6 +81,7 @@ enum {
     GRAMMAR_MAX_STACKS = 4096,   /* stacks in one state; more is an error (ambiguity explosion) */
     GRAMMAR_MAX_REPEAT = 100000, /* largest m or n in {m,n} (and minLength, maxItems...) */
     GRAMMAR_MAX_ELEMS = 1 << 22, /* compiled grammar size, in elements */
+    GRAMMAR_MAX_SCHEMA_DEPTH = 256, /* JSON Schema sub-schemas nested in one another, $ref chains included */
 };
 
 /* ---- grammars ----------------------------------------------------------------
@@ -227,7 +228,7 @@ int grammar_state_n_stacks(const grammar_state *s);
  * members in order, duplicate keys refused), nesting limited to
  * GJSON_MAX_DEPTH; trailing text after the value is an error.  Exposed for
  * its tests. */
-enum { GJSON_MAX_DEPTH = 128 };
+enum { GJSON_MAX_DEPTH = 128, GJSON_LINEAR = 16 /* objects up to this many members are searched linearly */ };
 typedef enum { GJSON_NULL, GJSON_BOOL, GJSON_NUMBER, GJSON_STRING, GJSON_ARRAY, GJSON_OBJECT } gjson_type;
 typedef struct gjson gjson;
 struct gjson {
@@ -240,6 +241,8 @@ struct gjson {
     gjson **items;     /* ARRAY / OBJECT: the values */
     char **keys;       /* OBJECT: the keys (decoded, NUL-terminated) */
     size_t *key_lens;  /* OBJECT: their byte counts */
+    int *sorted;       /* OBJECT of more than GJSON_LINEAR members: member indices by key (length, then
+                          bytes), for gjson_get's binary search; else NULL */
 };
 /* NULL + KVANT_ERR_ARG ("JSON: expected ':' at offset 17") or NOMEM. */
 gjson *gjson_parse(const char *text, size_t len, kvant_status *st);

@@ -41,6 +41,7 @@ void gjson_free(gjson *v) {
     free(v->items);
     free(v->keys);
     free(v->key_lens);
+    free(v->sorted);
     free(v->str);
     free(v);
 }
@@ -180,6 +181,51 @@ oom:
     return false;
 }
 
+/* keys of an object: by length, then bytes (the order of gjson.sorted) */
+static int key_cmp(const char *a, size_t al, const char *b, size_t bl) {
+    if (al != bl) return al < bl ? -1 : 1;
+    return al ? memcmp(a, b, al) : 0;
+}
+
+typedef struct {
+    const char *k;
+    size_t l;
+    int i;
+} jkey;
+
+static int jkey_cmp(const void *x, const void *y) {
+    const jkey *a = x, *b = y;
+    int c = key_cmp(a->k, a->l, b->k, b->l);
+    return c ? c : (a->i > b->i) - (a->i < b->i);
+}
+
+/* A finished object of more than GJSON_LINEAR members: v->sorted, and the
+ * duplicate-key check by sorting (a check of each key against all before
+ * it was quadratic: 20000 members took 9 s); false + the error. */
+static bool jsort(jp *p, gjson *v, size_t at) {
+    jkey *t = malloc((size_t)v->n * sizeof *t);
+    v->sorted = malloc((size_t)v->n * sizeof *v->sorted);
+    if (!t || !v->sorted) {
+        free(t);
+        joom(p);
+        return false;
+    }
+    for (int i = 0; i < v->n; i++) t[i] = (jkey){v->keys[i], v->key_lens[i], i};
+    qsort(t, (size_t)v->n, sizeof *t, jkey_cmp);
+    int dup = -1; /* the first member, in the text's order, whose key came before */
+    for (int i = 0; i < v->n; i++) {
+        v->sorted[i] = t[i].i;
+        if (i && !key_cmp(t[i - 1].k, t[i - 1].l, t[i].k, t[i].l) && (dup < 0 || t[i].i < dup)) dup = t[i].i;
+    }
+    free(t);
+    if (dup < 0) return true;
+    char what[160];
+    snprintf(what, sizeof what, "duplicate key '%.100s' in the object", v->keys[dup]);
+    p->i = at;
+    jerr(p, what);
+    return false;
+}
+
 static gjson *jvalue(jp *p, int depth) {
     if (depth > GJSON_MAX_DEPTH) return jerr(p, "nesting too deep");
     jspace(p);
@@ -187,6 +233,7 @@ static gjson *jvalue(jp *p, int depth) {
     char c = p->s[p->i];
     if (c == '{' || c == '[') {
         bool obj = c == '{';
+        const size_t open_at = p->i;
         gjson *v = jnew(p, obj ? GJSON_OBJECT : GJSON_ARRAY);
         if (!v) return NULL;
         int cap = 0;
@@ -210,7 +257,7 @@ static gjson *jvalue(jp *p, int depth) {
                     gjson_free(v);
                     return NULL;
                 }
-                for (int k = 0; k < v->n; k++)
+                for (int k = 0; k < v->n && v->n < GJSON_LINEAR; k++) /* larger: jsort at the end */
                     if (v->key_lens[k] == key_len && !memcmp(v->keys[k], key, key_len)) {
                         free(key);
                         gjson_free(v);
@@ -238,6 +285,10 @@ static gjson *jvalue(jp *p, int depth) {
             }
             if (p->i < p->n && p->s[p->i] == (obj ? '}' : ']')) {
                 p->i++;
+                if (obj && v->n > GJSON_LINEAR && !jsort(p, v, open_at)) {
+                    gjson_free(v);
+                    return NULL;
+                }
                 return v;
             }
             gjson_free(v);
@@ -317,6 +368,17 @@ gjson *gjson_parse(const char *text, size_t len, kvant_status *st) {
 const gjson *gjson_get(const gjson *obj, const char *key) {
     if (!obj || obj->type != GJSON_OBJECT) return NULL;
     size_t l = strlen(key);
+    if (obj->sorted) { /* a large object: binary search */
+        int lo = 0, hi = obj->n;
+        while (lo < hi) {
+            const int mid = lo + (hi - lo) / 2, i = obj->sorted[mid];
+            const int c = key_cmp(obj->keys[i], obj->key_lens[i], key, l);
+            if (!c) return obj->items[i];
+            if (c < 0) lo = mid + 1;
+            else hi = mid;
+        }
+        return NULL;
+    }
     for (int i = 0; i < obj->n; i++)
         if (obj->key_lens[i] == l && !memcmp(obj->keys[i], key, l)) return obj->items[i];
     return NULL;

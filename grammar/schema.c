@@ -56,8 +56,12 @@ typedef struct {
     uint32_t name_cap;
     sc_ref *refs;
     int n_refs, cap_refs;
+    uint32_t *ref_hash; /* 1 + index into refs by ptr; 0 = empty (a linear search was quadratic in the $refs) */
+    uint32_t ref_cap;
+    int name_seq;  /* the next suffix for a name taken more than NAME_TRIES times */
     char path[1024]; /* JSON pointer of the schema being compiled, for messages */
     size_t path_len;
+    int depth; /* compile_rule calls in progress (sub-schemas and $ref targets): GRAMMAR_MAX_SCHEMA_DEPTH */
 } sc;
 
 static bool sc_fail(sc *c, kvant_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -132,6 +136,39 @@ static bool name_insert(sc *c, int i) {
     return true;
 }
 
+/* refs[i] into its hash set, grown to stay under half full */
+static bool ref_insert(sc *c, int i) {
+    if ((uint32_t)(i + 1) * 2 > c->ref_cap) {
+        uint32_t cap = c->ref_cap ? c->ref_cap * 2 : 64;
+        uint32_t *h = calloc(cap, sizeof *h);
+        if (!h) return sc_oom(c);
+        for (int j = 0; j < i; j++) {
+            uint32_t k = hash_str(c->refs[j].ptr) & (cap - 1);
+            while (h[k]) k = (k + 1) & (cap - 1);
+            h[k] = (uint32_t)j + 1;
+        }
+        free(c->ref_hash);
+        c->ref_hash = h;
+        c->ref_cap = cap;
+    }
+    uint32_t k = hash_str(c->refs[i].ptr) & (c->ref_cap - 1);
+    while (c->ref_hash[k]) k = (k + 1) & (c->ref_cap - 1);
+    c->ref_hash[k] = (uint32_t)i + 1;
+    return true;
+}
+
+static const char *ref_find(const sc *c, const char *ptr) {
+    if (!c->ref_cap) return NULL;
+    for (uint32_t k = hash_str(ptr) & (c->ref_cap - 1); c->ref_hash[k]; k = (k + 1) & (c->ref_cap - 1))
+        if (!strcmp(c->refs[c->ref_hash[k] - 1].ptr, ptr)) return c->refs[c->ref_hash[k] - 1].name;
+    return NULL;
+}
+
+/* a name taken this many times (base, base-2 ... base-NAME_TRIES) continues
+ * with a suffix from a counter: trying -2, -3 ... up to the first free one
+ * was quadratic in the sub-schemas whose names clean to the same text */
+enum { NAME_TRIES = 16 };
+
 /* a fresh rule name: base, its characters outside [A-Za-z0-9-] made '-', unique */
 static const char *new_name(sc *c, const char *base) {
     char clean[80];
@@ -145,7 +182,8 @@ static const char *new_name(sc *c, const char *base) {
     clean[k] = 0;
     char buf[96];
     snprintf(buf, sizeof buf, "%s", clean);
-    for (int i = 2; name_taken(c, buf); i++) snprintf(buf, sizeof buf, "%s-%d", clean, i);
+    for (int i = 2; name_taken(c, buf); i++)
+        snprintf(buf, sizeof buf, "%s-%d", clean, i <= NAME_TRIES ? i : NAME_TRIES + ++c->name_seq);
     if (c->n_names == c->cap_names) {
         int cap = c->cap_names ? c->cap_names * 2 : 32;
         char **p = realloc(c->names, (size_t)cap * sizeof *p);
@@ -320,8 +358,8 @@ static bool get_count(sc *c, const gjson *s, const char *key, long *out, bool *p
 
 /* ---- $ref ------------------------------------------------------------------------------ */
 static const char *compile_ref(sc *c, const char *ref) {
-    for (int i = 0; i < c->n_refs; i++)
-        if (!strcmp(c->refs[i].ptr, ref)) return c->refs[i].name;
+    const char *known = ref_find(c, ref);
+    if (known) return known;
     if (ref[0] != '#') {
         sc_fail(c, KVANT_ERR_UNSUPPORTED, "unsupported '$ref' '%.200s' (only references into this document, "
                                           "\"#...\", are supported)", ref);
@@ -376,6 +414,7 @@ static const char *compile_ref(sc *c, const char *ref) {
         return NULL;
     }
     c->refs[c->n_refs++] = (sc_ref){ptr, (char *)name};
+    if (!ref_insert(c, c->n_refs - 1)) return NULL;
     if (v == c->doc) return name; /* the root is compiled anyway */
     char saved[sizeof c->path];
     size_t saved_len = c->path_len;
@@ -1323,9 +1362,18 @@ static bool compile_body(sc *c, const gjson *s, const char *name, gstr *o) {
     return true;
 }
 
+/* Recursive: a sub-schema's rule is compiled inside its parent's, and a
+ * $ref's target where it is first met, so a chain of $refs (a -> b -> c ...)
+ * nests one call per link: bounded by GRAMMAR_MAX_SCHEMA_DEPTH (a 1 MiB body
+ * holds a chain of 30000, which overflowed the stack). */
 static bool compile_rule(sc *c, const gjson *s, const char *name) {
+    if (c->depth >= GRAMMAR_MAX_SCHEMA_DEPTH)
+        return sc_fail(c, KVANT_ERR_ARG, "sub-schemas nested more than %d deep (through properties, items, anyOf "
+                                         "and $ref chains)", GRAMMAR_MAX_SCHEMA_DEPTH);
+    c->depth++;
     gstr body = {0};
     bool ok = compile_body(c, s, name, &body);
+    c->depth--;
     if (ok && body.oom) ok = sc_oom(c);
     if (ok) emit_rule(c, name, &body);
     gstr_free(&body);
@@ -1372,6 +1420,7 @@ static void sc_free(sc *c) {
     free(c->name_hash);
     for (int i = 0; i < c->n_refs; i++) free(c->refs[i].ptr);
     free(c->refs);
+    free(c->ref_hash);
 }
 
 char *grammar_schema_to_gbnf(const char *schema_json, size_t len, kvant_status *st) {

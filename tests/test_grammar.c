@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "testutil.h"
 #include "format/gguf.h"
@@ -1058,6 +1059,90 @@ static void test_state_api(void **state) {
     assert_null(grammar_vocab_new(b, l, 0, NULL, 0, &st));
 }
 
+
+/* ---- hostile schemas (fuzz/corpus/json_schema/regress-*) --------------------------------
+ * A chain of $refs nested one compile call per link and overflowed the stack
+ * (a 1 MiB body holds 30000 links): refused past GRAMMAR_MAX_SCHEMA_DEPTH.
+ * Objects of 20000 members (duplicate-key check, gjson_get, $ref lookup and
+ * rule names were each quadratic: 9 s) are now linear. */
+static char *ref_chain(int links) {
+    gstr b = {0};
+    gstr_puts(&b, "{\"$defs\":{");
+    for (int i = 0; i < links; i++) gstr_printf(&b, "\"a%d\":{\"$ref\":\"#/$defs/a%d\"},", i, i + 1);
+    gstr_printf(&b, "\"a%d\":{\"type\":\"integer\"}},\"$ref\":\"#/$defs/a0\"}", links);
+    assert_false(b.oom);
+    return b.s;
+}
+
+static double mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void test_schema_hostile(void **state) {
+    (void)state;
+    kvant_status st;
+    char *ok = ref_chain(GRAMMAR_MAX_SCHEMA_DEPTH - 2); /* the root's rule and the integer's are two more */
+    grammar *g = schema(ok);
+    assert_int_equal(match(g, "42", 2), 2);
+    grammar_free(g);
+    free(ok);
+    const int links[] = {GRAMMAR_MAX_SCHEMA_DEPTH, 30000};
+    for (int k = 0; k < 2; k++) {
+        char *deep = ref_chain(links[k]);
+        assert_null(grammar_from_json_schema(deep, strlen(deep), &st));
+        assert_int_equal(st.code, KVANT_ERR_ARG);
+        if (!strstr(st.msg, "nested more than 256 deep")) fail_msg("message: %s", st.msg);
+        free(deep);
+    }
+
+    /* 20000 members: parsed, found by gjson_get, duplicates named; $refs to each and names that clean alike */
+    enum { N = 20000 };
+    gstr b = {0};
+    gstr_puts(&b, "{\"$defs\":{");
+    for (int i = 0; i < N; i++) gstr_printf(&b, "%s\"d%d\":{\"type\":\"integer\",\"minimum\":%d}", i ? "," : "", i, i);
+    gstr_puts(&b, "},\"properties\":{");
+    for (int i = 0; i < N; i++)
+        gstr_printf(&b, "%s\"%s%d\":{\"$ref\":\"#/$defs/d%d\"}", i ? "," : "",
+                    "a-long-property-name-that-every-member-shares-up-to-its-last-digits-", i, i);
+    gstr_puts(&b, "}}");
+    assert_false(b.oom);
+    gjson *v = gjson_parse(b.s, b.n, &st);
+    assert_non_null(v);
+    const gjson *defs = gjson_get(v, "$defs");
+    assert_non_null(defs);
+    assert_int_equal(defs->n, N);
+    assert_non_null(defs->sorted);
+    char key[32];
+    for (int i = 0; i < N; i += 997) {
+        snprintf(key, sizeof key, "d%d", i);
+        const gjson *d = gjson_get(defs, key);
+        assert_non_null(d);
+        assert_true(gjson_get(d, "minimum")->num == i);
+    }
+    assert_null(gjson_get(defs, "d20000"));
+    assert_null(gjson_get(defs, "d"));
+    gjson_free(v);
+    const double t0 = mono_ms();
+    g = schema(b.s);
+    const double ms = mono_ms() - t0;
+    grammar_free(g);
+    printf("a schema of %d $defs and %d properties referring to them (%zu bytes): compiled in %.0f ms\n", N, N, b.n, ms);
+    gstr_free(&b);
+
+    /* a key given twice in a large object: refused, the key named; in a small one as before */
+    gstr_puts(&b, "{");
+    for (int i = 0; i < 100; i++) gstr_printf(&b, "\"k%d\":%d,", i, i);
+    gstr_puts(&b, "\"k57\":0}");
+    assert_null(gjson_parse(b.s, b.n, &st));
+    assert_int_equal(st.code, KVANT_ERR_ARG);
+    if (!strstr(st.msg, "duplicate key 'k57'")) fail_msg("message: %s", st.msg);
+    gstr_free(&b);
+    assert_null(gjson_parse("{\"a\":1,\"b\":2,\"a\":3}", 19, &st));
+    assert_non_null(strstr(st.msg, "duplicate key at offset 13"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_reader),     cmocka_unit_test(test_gbnf_errors),
@@ -1067,6 +1152,7 @@ int main(void) {
         cmocka_unit_test(test_mask_small_caches), cmocka_unit_test(test_schema_big_enum),
         cmocka_unit_test(test_schema_samples),  cmocka_unit_test(test_mask_llama_spm),
         cmocka_unit_test(test_mask_qwen2),
+        cmocka_unit_test(test_schema_hostile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
