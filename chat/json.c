@@ -2,7 +2,8 @@
  * `tojson` / compact writers (see json.h for what each writes).  Input is
  * untrusted (request bodies, model output): every read is bounded by the
  * length, nesting by MAX_DEPTH, an object's members by MAX_MEMBERS (a key
- * given twice is found by a linear scan). */
+ * given twice is found by a linear scan up to LINEAR_KEYS members, then by
+ * a hash set). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -250,11 +251,52 @@ static bool read_array(reader *r, chat_json *v, int depth) {
     }
 }
 
-static bool read_object(reader *r, chat_json *v, int depth) {
-    v->kind = CHAT_JSON_OBJ;
-    r->i++;
-    skip_ws(r);
-    if (r->i < r->n && r->s[r->i] == '}') return r->i++, true;
+/* An object's keys past LINEAR_KEYS members are found through a hash set
+ * (open addressing over the members, grown at half full): a linear scan
+ * per key was quadratic, 40 objects of 4096 members took 4 s, and such
+ * text arrives in a request (a tool call's arguments, which the templates
+ * parse). */
+enum { LINEAR_KEYS = 16 };
+
+typedef struct {
+    chat_json **slot;
+    size_t cap; /* a power of two, or 0: no set yet */
+} key_set;
+
+static uint64_t key_hash(const char *k, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)k[i]) * 1099511628211ull;
+    return h;
+}
+
+static void key_put(key_set *ks, chat_json *m) {
+    size_t i = (size_t)key_hash(m->key, m->key_n) & (ks->cap - 1);
+    while (ks->slot[i]) i = (i + 1) & (ks->cap - 1);
+    ks->slot[i] = m;
+}
+
+/* the member of v named key, or NULL; false when out of memory */
+static bool key_find(key_set *ks, const chat_json *v, const char *key, size_t key_n, chat_json **out) {
+    *out = NULL;
+    if (v->count < LINEAR_KEYS) {
+        for (chat_json *m = v->child; m; m = m->next)
+            if (m->key_n == key_n && !memcmp(m->key, key, key_n)) return *out = m, true;
+        return true;
+    }
+    if ((size_t)v->count * 2 >= ks->cap) { /* (re)build at half full */
+        size_t cap = ks->cap ? ks->cap * 2 : 64;
+        chat_json **slot = calloc(cap, sizeof *slot);
+        if (!slot) return false;
+        free(ks->slot);
+        ks->slot = slot, ks->cap = cap;
+        for (chat_json *m = v->child; m; m = m->next) key_put(ks, m);
+    }
+    for (size_t i = (size_t)key_hash(key, key_n) & (ks->cap - 1); ks->slot[i]; i = (i + 1) & (ks->cap - 1))
+        if (ks->slot[i]->key_n == key_n && !memcmp(ks->slot[i]->key, key, key_n)) return *out = ks->slot[i], true;
+    return true;
+}
+
+static bool read_members(reader *r, chat_json *v, int depth, key_set *ks) {
     chat_json **tail = &v->child;
     for (;;) {
         skip_ws(r);
@@ -268,9 +310,8 @@ static bool read_object(reader *r, chat_json *v, int depth) {
         if (!e) return false;
         e->key = key;
         e->key_n = key_n;
-        chat_json *same = NULL; /* a key given twice: its first place, its last value */
-        for (chat_json *m = v->child; m && !same; m = m->next)
-            if (m->key_n == key_n && !memcmp(m->key, key, key_n)) same = m;
+        chat_json *same; /* a key given twice: its first place, its last value */
+        if (!key_find(ks, v, key, key_n, &same)) return r->oom = true, false;
         if (same) {
             chat_json *nx = same->next;
             *same = *e;
@@ -280,12 +321,24 @@ static bool read_object(reader *r, chat_json *v, int depth) {
             *tail = e;
             tail = &e->next;
             v->count++;
+            if (ks->cap) key_put(ks, e);
         }
         skip_ws(r);
         if (r->i >= r->n) return false;
         if (r->s[r->i] == '}') return r->i++, true;
         if (r->s[r->i++] != ',') return false;
     }
+}
+
+static bool read_object(reader *r, chat_json *v, int depth) {
+    v->kind = CHAT_JSON_OBJ;
+    r->i++;
+    skip_ws(r);
+    if (r->i < r->n && r->s[r->i] == '}') return r->i++, true;
+    key_set ks = {0};
+    const bool ok = read_members(r, v, depth, &ks);
+    free(ks.slot);
+    return ok;
 }
 
 static chat_json *read_value(reader *r, int depth) {
