@@ -15,6 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1000,6 +1003,44 @@ static void test_blocking_disconnect_cancels(void **state) {
     assert_int_equal(metric(g_srv.port, "kvant_requests_total{outcome=\"cancelled\"}"), cancelled0 + 1);
 }
 
+/* A client that announces a body over --max-body (65536 here) and sends it
+ * all, as curl does without Expect: 100-continue: the server reads and drops
+ * it, then answers 413, so every byte is sent and the 413 read.  (It used to
+ * answer at once and close with the body unread: the client's send failed
+ * on a reset, and it never read the answer; bench/soak.sh saw it.) */
+static void test_body_over_limit_sent_whole(void **state) {
+    (void)state;
+    const size_t n = 65536 + 512 * 1024;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_srv.port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    char head[512];
+    const int hl = snprintf(head, sizeof head,
+                            "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " KEY
+                            "\r\nContent-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                            n);
+    assert_int_equal(send(fd, head, (size_t)hl, MSG_NOSIGNAL), hl);
+    char *body = malloc(n);
+    memset(body, 'a', n);
+    size_t sent = 0;
+    while (sent < n) {
+        const ssize_t k = send(fd, body + sent, n - sent, MSG_NOSIGNAL);
+        if (k <= 0) break;
+        sent += (size_t)k;
+    }
+    free(body);
+    assert_int_equal(sent, n);
+    char resp[4096];
+    size_t got = 0;
+    for (ssize_t k; got + 1 < sizeof resp && (k = recv(fd, resp + got, sizeof resp - 1 - got, 0)) > 0;) got += (size_t)k;
+    resp[got] = 0;
+    close(fd);
+    assert_true(!strncmp(resp, "HTTP/1.1 413", 12));
+    assert_non_null(strstr(resp, "request_too_large"));
+}
+
 static void test_queue_full_429(void **state) {
     (void)state;
     server_proc s = start_stories("--max-seqs 1 --max-queue 1 -q", "server_429.log");
@@ -1460,6 +1501,7 @@ int main(void) {
         cmocka_unit_test(test_batched_equals_sequential),
         cmocka_unit_test(test_disconnect_frees_blocks),
         cmocka_unit_test(test_blocking_disconnect_cancels),
+        cmocka_unit_test(test_body_over_limit_sent_whole),
         cmocka_unit_test(test_embeddings),
         cmocka_unit_test(test_embeddings_batching_invariance),
         cmocka_unit_test(test_embeddings_refusals),
