@@ -45,6 +45,7 @@ typedef struct {
     double rate, timeout_s, inject_at, temperature;
     double duration_s;      /* > 0: start requests for this long (-n is then a cap) */
     double disconnect_p;    /* share of requests the client abandons mid-stream */
+    double backoff_ms;      /* after a 429 / 503, no new request for this long */
     bool json, ignore_eos;
     uint64_t seed;
 } lg_opts;
@@ -81,6 +82,8 @@ static void usage(FILE *f) {
             "  --disconnect P          abandon each request with probability P (0..1) after a random\n"
             "                          number of text chunks, 1 to max(1, max-tokens/2): a client that\n"
             "                          leaves mid-stream; counted apart, not as errors\n"
+            "  --backoff MS            after a 429 or 503 answer, start no request for MS ms\n"
+            "                          (default 0: at once; a soak's clients past the queue)\n"
             "  --inject-at S           chunked-prefill scenario: S seconds in, send one long prompt\n"
             "  --inject-words N        its length in words (default 1500, about 2000 tokens)\n"
             "  --inject-tokens N       its length in random token ids (with --prompt-tokens; default 2000)\n"
@@ -404,6 +407,7 @@ int cmd_loadgen(int argc, char **argv) {
         else if (cli_is(&a, "--timeout", NULL)) o.timeout_s = cli_float(&a, 1, 86400);
         else if (cli_is(&a, "--duration", NULL)) o.duration_s = cli_float(&a, 0.1, 86400);
         else if (cli_is(&a, "--disconnect", NULL)) o.disconnect_p = cli_float(&a, 0, 1);
+        else if (cli_is(&a, "--backoff", NULL)) o.backoff_ms = cli_float(&a, 0, 1e6);
         else if (cli_is(&a, "--inject-at", NULL)) o.inject_at = cli_float(&a, 0, 86400);
         else if (cli_is(&a, "--inject-words", NULL)) o.inject_words = cli_int(&a, 1, 1000000);
         else if (cli_is(&a, "--inject-max-tokens", NULL)) o.inject_max_tokens = cli_int(&a, 1, 1 << 20);
@@ -471,6 +475,7 @@ int cmd_loadgen(int argc, char **argv) {
             o.n, o.c, o.rate > 0 ? "Poisson arrivals" : "all at once", o.prompt_tokens ? o.prompt_tokens : o.prompt_words,
             o.prompt_tokens ? "token ids" : "words", o.max_tokens, o.url, model);
     int n_planned = o.n; /* --duration: lowered to what was started when the time is up */
+    double t_hold = 0;   /* --backoff: no start before this */
     while (finished < n_planned + (o.inject_at >= 0)) {
         const double t = now_ms();
         if (t - t0 > o.timeout_s * 1e3) {
@@ -478,7 +483,7 @@ int cmd_loadgen(int argc, char **argv) {
             break;
         }
         if (o.duration_s > 0 && t - t0 >= o.duration_s * 1e3) n_planned = started;
-        while (started < n_planned && active < o.c && t >= t_next) {
+        while (started < n_planned && active < o.c && t >= t_next && t >= t_hold) {
             lg_req *r = &rs[started++];
             if (o.disconnect_p > 0 && (rng_next(&cut_rng) >> 11) * 0x1.0p-53 < o.disconnect_p) {
                 const int half = o.max_tokens / 2 > 1 ? o.max_tokens / 2 : 1;
@@ -510,6 +515,7 @@ int cmd_loadgen(int argc, char **argv) {
             r->t_end = now_ms();
             r->done = true;
             curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->status);
+            if (r->status == 429 || r->status == 503) t_hold = r->t_end + o.backoff_ms;
             if (r->hung_up)
                 ; /* --disconnect: an outcome of its own */
             else if (msg->data.result != CURLE_OK)
