@@ -336,7 +336,7 @@ static void test_schema_grammar(void **state) {
 
 /* ---- the transport ---------------------------------------------------------------- */
 /* a body of exactly --max-body is read, one byte more is 413 (announced by
- * Content-Length: refused before it is read; chunked: once it passes).
+ * Content-Length: read and dropped, then refused; chunked: once it passes).
  * /apply-template: a long message is rendered, not tokenized. */
 static void body_of(sbuf *b, size_t size) {
     static const char head[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"", tail[] = "\"}]}";
