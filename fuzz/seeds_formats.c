@@ -1,6 +1,6 @@
 /* seeds_formats.c - writes the seed inputs of the file-format harnesses:
- * fuzz/corpus/gguf (tiny GGUF models made by kvant's own writer,
- * format/gguf_write.c) and fuzz/corpus/llama2c (a tiny llama2.c checkpoint
+ * fuzz/corpus/gguf and gguf_run (tiny GGUF models made by kvant's own
+ * writer, format/gguf_write.c) and fuzz/corpus/llama2c (a tiny llama2.c checkpoint
  * with a cut-down tokenizer.bin, in fuzz/llama2c.c's input layout).
  * Each file is a few KB, so the fuzzer mutates models that load: several
  * architectures (llama, qwen2 with biases, qwen3 and gemma3 with q/k norms,
@@ -203,7 +203,7 @@ static int write_model(const shape *s) {
         return 1;
     }
     gguf_writer_free(w);
-    int rc = write_bytes("gguf", s->file, buf, size);
+    int rc = write_bytes("gguf", s->file, buf, size) | write_bytes("gguf_run", s->file, buf, size);
     free(buf);
     return rc;
 }
