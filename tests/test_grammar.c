@@ -1143,6 +1143,46 @@ static void test_schema_hostile(void **state) {
     assert_non_null(strstr(st.msg, "duplicate key at offset 13"));
 }
 
+/* An ambiguous grammar (fuzz/corpus/gbnf/regress-ambiguous-mask: each byte of
+ * "root ::= . root*" may open one more nesting, so the state gains a stack
+ * per byte) stays correct up to GRAMMAR_MAX_STACKS and then fails cleanly:
+ * the masks equal the reference, the step past the limit is an error.  The
+ * cost of a mask grows with the stacks (printed; the fuzz harness checks
+ * masks only on states of at most FZ_MASK_STACKS stacks, to stay within its
+ * 1 s per input under the sanitizers). */
+static void test_gbnf_ambiguous(void **state) {
+    (void)state;
+    vocab v;
+    synthetic_vocab(&v);
+    uint8_t *m1 = malloc((size_t)v.n), *m2 = malloc((size_t)v.n);
+    uint64_t rng = 5;
+    grammar *g = gbnf("root ::= . root*");
+    grammar_state *s = grammar_state_new(g, NULL);
+    assert_non_null(s);
+    int fed = 0, last_stacks = 0;
+    for (; fed < 8192; fed++) {
+        const uint8_t c = (uint8_t)('a' + fed % 26);
+        if (!grammar_accept_bytes(s, &c, 1)) break;
+        const int n = grammar_state_n_stacks(s);
+        assert_true(n <= GRAMMAR_MAX_STACKS + 1); /* + the empty stack (the grammar can end here) */
+        if (fed == 127 || fed == 300) {
+            const double t0 = mono_ms();
+            check_mask(s, &v, m1, m2, &rng);
+            printf("root ::= . root*: %d bytes, %d stacks: a mask and its reference over %d tokens in %.1f ms\n",
+                   fed + 1, n, v.n, mono_ms() - t0);
+        }
+        last_stacks = n;
+    }
+    assert_true(fed < 8192); /* the stacks passed the limit: refused, and reported */
+    assert_int_equal(grammar_state_error(s)->code, KVANT_ERR_UNSUPPORTED);
+    assert_non_null(strstr(grammar_state_error(s)->msg, "GRAMMAR_MAX_STACKS"));
+    printf("root ::= . root*: refused after %d bytes at %d stacks\n", fed, last_stacks);
+    grammar_state_free(s);
+    grammar_free(g);
+    free(m1), free(m2);
+    vocab_free(&v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_reader),     cmocka_unit_test(test_gbnf_errors),
@@ -1153,6 +1193,7 @@ int main(void) {
         cmocka_unit_test(test_schema_samples),  cmocka_unit_test(test_mask_llama_spm),
         cmocka_unit_test(test_mask_qwen2),
         cmocka_unit_test(test_schema_hostile),
+        cmocka_unit_test(test_gbnf_ambiguous),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
