@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -573,8 +574,12 @@ kvant_chat_template srv_chat_template(const srv *s) { return s->chat_kind; }
 void srv_stop(srv *s, int grace_ms) {
     if (!s) return;
     atomic_store(&s->draining, 1);
-    const MHD_socket ls = MHD_quiesce_daemon(s->d); /* no new connections */
-    if (ls != MHD_INVALID_SOCKET) close(ls);
+    /* No new connections: refused from now on (shutdown stops a listening
+     * socket and keeps its fd), closed only after MHD_stop_daemon, since
+     * libmicrohttpd's thread may still use it (its manual says so; closing
+     * it here raced with that thread's epoll_ctl, ThreadSanitizer saw it). */
+    const MHD_socket ls = MHD_quiesce_daemon(s->d);
+    if (ls != MHD_INVALID_SOCKET) shutdown(ls, SHUT_RDWR);
     double t0 = kvant_time_ms();
     while (srv_reg_count(s) && kvant_time_ms() - t0 < grace_ms) usleep(20000);
     if (srv_reg_count(s)) {
@@ -587,6 +592,7 @@ void srv_stop(srv *s, int grace_ms) {
     atomic_store(&s->engine_stop, 1);
     pthread_join(s->engine_thread, NULL);
     MHD_stop_daemon(s->d);
+    if (ls != MHD_INVALID_SOCKET) close(ls);
     kvant_engine_free(s->e);
     free(s->reg);
     free(s->evbuf);
