@@ -114,3 +114,48 @@ cJSON *post_json(int port, const char *path, const char *body, const char *key) 
     free(b.p);
     return j;
 }
+
+/* follows a dotted path ("choices.0.text") from j */
+static cJSON *json_at(cJSON *j, const char *path) {
+    char tmp[128];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    char *save = NULL;
+    for (char *t = strtok_r(tmp, ".", &save); t && j; t = strtok_r(NULL, ".", &save))
+        j = (*t >= '0' && *t <= '9') ? cJSON_GetArrayItem(j, atoi(t)) : cJSON_GetObjectItem(j, t);
+    return j;
+}
+
+const char *json_str(cJSON *j, const char *path) {
+    j = json_at(j, path);
+    return cJSON_IsString(j) ? j->valuestring : NULL;
+}
+
+double json_num(cJSON *j, const char *path) {
+    j = json_at(j, path);
+    assert_true(cJSON_IsNumber(j));
+    return j->valuedouble;
+}
+
+long metric_value(int port, const char *name) {
+    http_buf b;
+    assert_int_equal(http(port, "GET", "/metrics", NULL, NULL, &b), 200);
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(b.p, key);
+    assert_non_null(p);
+    long v = atol(p + strlen(key));
+    free(b.p);
+    return v;
+}
+
+long metric_settled(int port, const char *name) {
+    long last = -1;
+    for (int i = 0, same = 0; i < 200 && same < 4; i++) {
+        const long running = metric_value(port, "kvant_num_requests_running");
+        const long now = metric_value(port, name);
+        same = !running && now == last ? same + 1 : 0;
+        last = now;
+        usleep(50000);
+    }
+    return last;
+}

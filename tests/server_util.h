@@ -1,5 +1,5 @@
 /* server_util.h - what the `kvant serve` tests share (test_server,
- * test_server_tools, test_server_limits; linked into those): the server as a child process
+ * test_server_embed, test_server_tools, test_server_limits; linked into those): the server as a child process
  * on a free loopback port, and HTTP requests to it with libcurl. */
 #ifndef KVANT_SERVER_UTIL_H
 #define KVANT_SERVER_UTIL_H
@@ -38,5 +38,18 @@ long http(int port, const char *method, const char *path, const char *body, cons
 /* POSTs BODY to PATH (Bearer KEY, or none); the test fails unless the answer
  * is 200 and JSON, which is returned (cJSON_Delete it). */
 cJSON *post_json(int port, const char *path, const char *body, const char *key);
+
+/* The string / number at a dotted path ("choices.0.text": digits index
+ * arrays); json_str gives NULL when it is absent or not a string, json_num
+ * fails the test unless it is a number. */
+const char *json_str(cJSON *j, const char *path);
+double json_num(cJSON *j, const char *path);
+/* The value of the unlabelled metric NAME in GET /metrics (the test fails if
+ * it is missing). */
+long metric_value(int port, const char *name);
+/* The same once nothing runs and the value has held for 200 ms (a hang-up
+ * an earlier test made is counted when the server notices it, a moment
+ * later), waiting up to 10 s: a baseline for a counter. */
+long metric_settled(int port, const char *name);
 
 #endif

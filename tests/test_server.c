@@ -5,9 +5,8 @@
  * blocks returned), batched == sequential greedy outputs and a graceful
  * SIGTERM; the request fields (penalties, logit_bias, stop arrays, echo,
  * best_of, the fields refused by name, unknown fields) and /tokenize,
- * /detokenize; /v1/embeddings (equal to kvant_embed alone bit for bit, the
- * same alone / in an array / beside a stream, base64, refusals, a client
- * hanging up, 429).  Also unit checks of the stop-string scan. */
+ * /detokenize; /v1/embeddings is test_server_embed.c's.  Also unit checks
+ * of the stop-string scan. */
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
 #include <math.h>
@@ -40,22 +39,7 @@ static server_proc start_stories(const char *args, const char *logname) {
 /* POSTs to the keyed server, expects 200 and JSON */
 static cJSON *post_ok(const char *path, const char *body) { return post_json(g_srv.port, path, body, KEY); }
 
-static const char *jstr(cJSON *j, const char *path) { /* "choices.0.text" */
-    char tmp[128];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *t = strtok(tmp, "."); t && j; t = strtok(NULL, "."))
-        j = (*t >= '0' && *t <= '9') ? cJSON_GetArrayItem(j, atoi(t)) : cJSON_GetObjectItem(j, t);
-    return cJSON_IsString(j) ? j->valuestring : NULL;
-}
 
-static double jnum(cJSON *j, const char *path) {
-    char tmp[128];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *t = strtok(tmp, "."); t && j; t = strtok(NULL, "."))
-        j = (*t >= '0' && *t <= '9') ? cJSON_GetArrayItem(j, atoi(t)) : cJSON_GetObjectItem(j, t);
-    assert_true(cJSON_IsNumber(j));
-    return j->valuedouble;
-}
 
 /* Concatenates the text of an SSE stream (choice `index`); checks the framing */
 static char *sse_text(const char *body, int index, const char *field, const char **finish, int *usage_tokens) {
@@ -76,17 +60,17 @@ static char *sse_text(const char *body, int index, const char *field, const char
         cJSON *j = cJSON_ParseWithLength(p, (size_t)(e - p));
         assert_non_null(j);
         cJSON *u = cJSON_GetObjectItem(j, "usage");
-        if (cJSON_IsObject(u) && usage_tokens) *usage_tokens = (int)jnum(u, "completion_tokens");
+        if (cJSON_IsObject(u) && usage_tokens) *usage_tokens = (int)json_num(u, "completion_tokens");
         cJSON *c;
         cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "choices")) {
-            if ((int)jnum(c, "index") != index) continue;
-            const char *t = jstr(c, field);
+            if ((int)json_num(c, "index") != index) continue;
+            const char *t = json_str(c, field);
             if (t) {
                 out = realloc(out, cap += strlen(t));
                 memcpy(out + len, t, strlen(t) + 1);
                 len += strlen(t);
             }
-            const char *f = jstr(c, "finish_reason");
+            const char *f = json_str(c, "finish_reason");
             if (f && finish) *finish = strcmp(f, "stop") ? strcmp(f, "length") ? "other" : "length" : "stop";
         }
         cJSON_Delete(j);
@@ -136,8 +120,8 @@ static void test_health_models_metrics(void **state) {
     free(b.p);
     assert_int_equal(http(g_srv.port, "GET", "/v1/models", NULL, KEY, &b), 200);
     cJSON *j = cJSON_Parse(b.p);
-    assert_string_equal(jstr(j, "object"), "list");
-    assert_string_equal(jstr(j, "data.0.id"), "stories260K");
+    assert_string_equal(json_str(j, "object"), "list");
+    assert_string_equal(json_str(j, "data.0.id"), "stories260K");
     cJSON_Delete(j);
     free(b.p);
     assert_int_equal(http(g_srv.port, "GET", "/metrics", NULL, NULL, &b), 200);
@@ -188,11 +172,11 @@ static void test_completion_and_stream_agree(void **state) {
     (void)state;
     cJSON *j = post_ok("/v1/completions", "{\"model\":\"stories260K\",\"prompt\":\"Once upon a time\",\"max_tokens\":24,"
                                           "\"temperature\":0}");
-    assert_string_equal(jstr(j, "object"), "text_completion");
-    assert_string_equal(jstr(j, "choices.0.finish_reason"), "length");
-    assert_int_equal((int)jnum(j, "usage.completion_tokens"), 24);
-    assert_int_equal((int)jnum(j, "usage.total_tokens"), 24 + (int)jnum(j, "usage.prompt_tokens"));
-    const char *text = jstr(j, "choices.0.text");
+    assert_string_equal(json_str(j, "object"), "text_completion");
+    assert_string_equal(json_str(j, "choices.0.finish_reason"), "length");
+    assert_int_equal((int)json_num(j, "usage.completion_tokens"), 24);
+    assert_int_equal((int)json_num(j, "usage.total_tokens"), 24 + (int)json_num(j, "usage.prompt_tokens"));
+    const char *text = json_str(j, "choices.0.text");
     assert_true(strlen(text) > 10);
     http_buf b;
     assert_int_equal(http(g_srv.port, "POST", "/v1/completions",
@@ -218,9 +202,9 @@ static void test_chat(void **state) {
     char req[512];
     snprintf(req, sizeof req, "%s}", body);
     cJSON *j = post_ok("/v1/chat/completions", req);
-    assert_string_equal(jstr(j, "object"), "chat.completion");
-    assert_string_equal(jstr(j, "choices.0.message.role"), "assistant");
-    const char *text = jstr(j, "choices.0.message.content");
+    assert_string_equal(json_str(j, "object"), "chat.completion");
+    assert_string_equal(json_str(j, "choices.0.message.role"), "assistant");
+    const char *text = json_str(j, "choices.0.message.content");
     assert_non_null(text);
     http_buf b;
     snprintf(req, sizeof req, "%s,\"stream\":true}", body);
@@ -242,9 +226,9 @@ static void test_n_samples(void **state) {
     for (int i = 0; i < 3; i++) {
         char path[64];
         snprintf(path, sizeof path, "choices.%d.index", i);
-        assert_int_equal((int)jnum(j, path), i);
+        assert_int_equal((int)json_num(j, path), i);
     }
-    assert_int_equal((int)jnum(j, "usage.completion_tokens"), 36);
+    assert_int_equal((int)json_num(j, "usage.completion_tokens"), 36);
     cJSON_Delete(j);
     /* streamed n > 1: every index ends with a finish_reason */
     http_buf b;
@@ -262,7 +246,7 @@ static void test_n_samples(void **state) {
 static void test_stop_and_logprobs(void **state) {
     (void)state;
     cJSON *full = post_ok("/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}");
-    const char *text = jstr(full, "choices.0.text");
+    const char *text = json_str(full, "choices.0.text");
     /* stop at a word in the middle of the greedy text (spans tokens) */
     const char *mid = strstr(text + 5, " ");
     assert_non_null(mid);
@@ -272,10 +256,10 @@ static void test_stop_and_logprobs(void **state) {
     snprintf(req, sizeof req, "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop\":[\"%s\"]}",
              stop);
     cJSON *j = post_ok("/v1/completions", req);
-    assert_string_equal(jstr(j, "choices.0.finish_reason"), "stop");
+    assert_string_equal(json_str(j, "choices.0.finish_reason"), "stop");
     const size_t cut = (size_t)(strstr(text, stop) - text);
-    assert_int_equal(strlen(jstr(j, "choices.0.text")), cut);
-    assert_memory_equal(jstr(j, "choices.0.text"), text, cut);
+    assert_int_equal(strlen(json_str(j, "choices.0.text")), cut);
+    assert_memory_equal(json_str(j, "choices.0.text"), text, cut);
     cJSON_Delete(j);
     snprintf(req, sizeof req,
              "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop\":\"%s\",\"stream\":true}", stop);
@@ -294,7 +278,7 @@ static void test_stop_and_logprobs(void **state) {
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(lp, "token_logprobs")), 6);
     cJSON *tl = cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "top_logprobs"), 0);
     assert_true(cJSON_GetArraySize(tl) >= 1 && cJSON_GetArraySize(tl) <= 3);
-    assert_true(jnum(lp, "token_logprobs.0") <= 0);
+    assert_true(json_num(lp, "token_logprobs.0") <= 0);
     cJSON_Delete(j);
     cJSON_Delete(full);
 }
@@ -302,7 +286,7 @@ static void test_stop_and_logprobs(void **state) {
 /* ---- request fields ---------------------------------------------------------------- */
 static char *completion_text(const char *body) {
     cJSON *j = post_ok("/v1/completions", body);
-    char *t = strdup(jstr(j, "choices.0.text"));
+    char *t = strdup(json_str(j, "choices.0.text"));
     cJSON_Delete(j);
     return t;
 }
@@ -335,8 +319,8 @@ static void test_logit_bias(void **state) {
     (void)state;
     cJSON *j = post_ok("/v1/completions", "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0,"
                                           "\"logprobs\":1}");
-    const char *text = jstr(j, "choices.0.text");
-    const char *first = jstr(j, "choices.0.logprobs.tokens.0");
+    const char *text = json_str(j, "choices.0.text");
+    const char *first = json_str(j, "choices.0.logprobs.tokens.0");
     /* the first generated token's id: /tokenize of prompt + text, as
      * /v1/completions tokenizes (BOS, no special-token parsing) */
     char req[512];
@@ -347,25 +331,25 @@ static void test_logit_bias(void **state) {
     const int np = cJSON_GetArraySize(cJSON_GetObjectItem(ptok, "tokens"));
     char path[64];
     snprintf(path, sizeof path, "tokens.%d.piece", np);
-    assert_string_equal(jstr(t, path), first); /* the same split as the generation's */
+    assert_string_equal(json_str(t, path), first); /* the same split as the generation's */
     snprintf(path, sizeof path, "tokens.%d.id", np);
-    const int id = (int)jnum(t, path);
+    const int id = (int)json_num(t, path);
     snprintf(req, sizeof req, "{\"prompt\":\"Once upon a time\",\"max_tokens\":4,\"temperature\":0,\"logprobs\":1,"
              "\"logit_bias\":{\"%d\":-100}}", id);
     cJSON *b = post_ok("/v1/completions", req);
-    assert_string_not_equal(jstr(b, "choices.0.logprobs.tokens.0"), first);
+    assert_string_not_equal(json_str(b, "choices.0.logprobs.tokens.0"), first);
     cJSON_Delete(b);
     /* +100 on the prompt's second token: every token is that one, even sampled */
-    const int force = (int)jnum(ptok, "tokens.2");
+    const int force = (int)json_num(ptok, "tokens.2");
     snprintf(req, sizeof req, "{\"prompt\":\"Once upon a time\",\"max_tokens\":6,\"temperature\":1,\"seed\":9,"
              "\"logit_bias\":{\"%d\":100,\"5\":-3.5}}", force);
     b = post_ok("/v1/completions", req);
-    snprintf(req, sizeof req, "{\"tokens\":[%d,%d,%d,%d,%d,%d,%d]}", (int)jnum(ptok, "tokens.4"), force, force, force,
+    snprintf(req, sizeof req, "{\"tokens\":[%d,%d,%d,%d,%d,%d,%d]}", (int)json_num(ptok, "tokens.4"), force, force, force,
              force, force, force);
     cJSON *d = post_ok("/detokenize", req); /* the last prompt token, then six of the forced one */
-    snprintf(req, sizeof req, "{\"tokens\":[%d]}", (int)jnum(ptok, "tokens.4"));
+    snprintf(req, sizeof req, "{\"tokens\":[%d]}", (int)json_num(ptok, "tokens.4"));
     cJSON *d0 = post_ok("/detokenize", req);
-    assert_string_equal(jstr(b, "choices.0.text"), jstr(d, "content") + strlen(jstr(d0, "content")));
+    assert_string_equal(json_str(b, "choices.0.text"), json_str(d, "content") + strlen(json_str(d0, "content")));
     cJSON_Delete(d0);
     cJSON_Delete(d);
     cJSON_Delete(b);
@@ -442,17 +426,17 @@ static void test_best_of(void **state) {
         cJSON *e;
         cJSON_ArrayForEach(e, lp) sum += e->valuedouble;
         const double mean = sum / cJSON_GetArraySize(lp);
-        if (mean > best_mean) best_mean = mean, best = (int)jnum(c, "index");
+        if (mean > best_mean) best_mean = mean, best = (int)json_num(c, "index");
     }
     print_message("best_of: sample %d of 3 has the highest mean logprob (%.3f)\n", best, best_mean);
     cJSON *one = post_ok("/v1/completions", "{\"prompt\":\"The dog\",\"max_tokens\":8,\"temperature\":1,\"seed\":21,"
                                             "\"n\":1,\"best_of\":3,\"ignore_eos\":true}");
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(one, "choices")), 1);
-    assert_int_equal((int)jnum(one, "choices.0.index"), 0);
+    assert_int_equal((int)json_num(one, "choices.0.index"), 0);
     char path[64];
     snprintf(path, sizeof path, "choices.%d.text", best);
-    assert_string_equal(jstr(one, "choices.0.text"), jstr(all, path));
-    assert_int_equal((int)jnum(one, "usage.completion_tokens"), 24); /* all three generated */
+    assert_string_equal(json_str(one, "choices.0.text"), json_str(all, path));
+    assert_int_equal((int)json_num(one, "usage.completion_tokens"), 24); /* all three generated */
     assert_true(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(one, "choices"), 0),
                                                  "logprobs"))); /* not asked for */
     cJSON_Delete(one);
@@ -460,7 +444,7 @@ static void test_best_of(void **state) {
     one = post_ok("/v1/completions", "{\"prompt\":\"The dog\",\"max_tokens\":8,\"temperature\":1,\"seed\":21,"
                                      "\"n\":2,\"best_of\":3,\"ignore_eos\":true}");
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(one, "choices")), 2);
-    assert_string_equal(jstr(one, "choices.0.text"), jstr(all, path));
+    assert_string_equal(json_str(one, "choices.0.text"), json_str(all, path));
     cJSON_Delete(one);
     cJSON_Delete(all);
 }
@@ -539,7 +523,7 @@ static void test_field_rules(void **state) {
         http_buf b;
         const long code = http(g_srv.port, "POST", refused[i].path, refused[i].body, KEY, &b);
         cJSON *j = cJSON_Parse(b.p);
-        const char *param = j ? jstr(j, "error.param") : NULL, *msg = j ? jstr(j, "error.message") : NULL;
+        const char *param = j ? json_str(j, "error.param") : NULL, *msg = j ? json_str(j, "error.message") : NULL;
         if (code != 400 || !param || strcmp(param, refused[i].param))
             fprintf(stderr, "refused case %zu: %s -> %ld %s\n", i, refused[i].body, code, b.p);
         assert_int_equal(code, 400);
@@ -605,8 +589,8 @@ static int choices_of(cJSON *j, bool chat, const char **text, const char **fin, 
     cJSON *c;
     cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "choices")) {
         assert_true(n < cap);
-        text[n] = jstr(c, chat ? "message.content" : "text");
-        fin[n] = jstr(c, "finish_reason");
+        text[n] = json_str(c, chat ? "message.content" : "text");
+        fin[n] = json_str(c, "finish_reason");
         assert_non_null(text[n]);
         assert_non_null(fin[n]);
         n++;
@@ -688,8 +672,8 @@ static void test_structured(void **state) {
     cJSON_Delete(j);
     /* max_tokens before the grammar ends: "length", the JSON cut short (as OpenAI's) */
     j = post_ok("/v1/completions", "{\"prompt\":\"A pet\",\"max_tokens\":3,\"seed\":6,\"json_schema\":" PET_SCHEMA "}");
-    assert_string_equal(jstr(j, "choices.0.finish_reason"), "length");
-    assert_false(pet_valid(jstr(j, "choices.0.text")));
+    assert_string_equal(json_str(j, "choices.0.finish_reason"), "length");
+    assert_false(pet_valid(json_str(j, "choices.0.text")));
     cJSON_Delete(j);
     /* grammar (GBNF): exactly yes or no, ended by the grammar; chat and completions */
     static const char *const yn[][2] = {
@@ -732,8 +716,8 @@ static void test_structured(void **state) {
         http_buf b;
         const long code = http(g_srv.port, "POST", refused[i].path, refused[i].body, KEY, &b);
         cJSON *e = cJSON_Parse(b.p);
-        const char *param = e ? jstr(e, "error.param") : NULL, *msg = e ? jstr(e, "error.message") : NULL,
-                   *c = e ? jstr(e, "error.code") : NULL;
+        const char *param = e ? json_str(e, "error.param") : NULL, *msg = e ? json_str(e, "error.message") : NULL,
+                   *c = e ? json_str(e, "error.code") : NULL;
         if (code != 400 || !param || strcmp(param, refused[i].param) || !msg || !strstr(msg, refused[i].msg) ||
             (refused[i].code && (!c || strcmp(c, refused[i].code))))
             fail_msg("structured refusal %zu: %s -> %ld %s", i, refused[i].body, code, b.p);
@@ -743,7 +727,7 @@ static void test_structured(void **state) {
     /* text is no constraint: beside a grammar it is fine */
     j = post_ok("/v1/completions", "{\"prompt\":\"Is it\",\"response_format\":{\"type\":\"text\"},"
                                    "\"grammar\":\"root ::= \\\"no\\\"\"}");
-    assert_string_equal(jstr(j, "choices.0.text"), "no");
+    assert_string_equal(json_str(j, "choices.0.text"), "no");
     cJSON_Delete(j);
 }
 
@@ -762,17 +746,17 @@ static void test_tokenize_detokenize(void **state) {
     char dreq[4096];
     snprintf(dreq, sizeof dreq, "{\"tokens\":%s}", arr);
     cJSON *d = post_ok("/detokenize", dreq);
-    assert_string_equal(jstr(d, "content"), text);
+    assert_string_equal(json_str(d, "content"), text);
     cJSON_Delete(d);
     free(arr);
     /* add_special: BOS first, one more token; the ids /v1/completions sees */
     snprintf(req, sizeof req, "{\"content\":\"%s\",\"add_special\":true}", text);
     cJSON *ts = post_ok("/tokenize", req);
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(ts, "tokens")), n + 1);
-    assert_int_equal((int)jnum(ts, "tokens.0"), 1); /* stories260K's BOS */
+    assert_int_equal((int)json_num(ts, "tokens.0"), 1); /* stories260K's BOS */
     snprintf(req, sizeof req, "{\"prompt\":\"%s\",\"max_tokens\":1}", text);
     cJSON *cmp = post_ok("/v1/completions", req);
-    assert_int_equal((int)jnum(cmp, "usage.prompt_tokens"), n + 1);
+    assert_int_equal((int)json_num(cmp, "usage.prompt_tokens"), n + 1);
     cJSON_Delete(cmp);
     cJSON_Delete(ts);
     /* with_pieces: the same ids, pieces that concatenate to the text */
@@ -781,9 +765,9 @@ static void test_tokenize_detokenize(void **state) {
     char joined[256] = {0};
     for (int i = 0; i < n; i++) {
         cJSON *o = cJSON_GetArrayItem(cJSON_GetObjectItem(wp, "tokens"), i);
-        assert_int_equal((int)jnum(o, "id"), (int)cJSON_GetArrayItem(toks, i)->valuedouble);
-        assert_non_null(jstr(o, "piece"));
-        strcat(joined, jstr(o, "piece"));
+        assert_int_equal((int)json_num(o, "id"), (int)cJSON_GetArrayItem(toks, i)->valuedouble);
+        assert_non_null(json_str(o, "piece"));
+        strcat(joined, json_str(o, "piece"));
     }
     assert_string_equal(joined, text);
     cJSON_Delete(wp);
@@ -793,7 +777,7 @@ static void test_tokenize_detokenize(void **state) {
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(t, "tokens")), 0);
     cJSON_Delete(t);
     d = post_ok("/detokenize", "{\"tokens\":[]}");
-    assert_string_equal(jstr(d, "content"), "");
+    assert_string_equal(json_str(d, "content"), "");
     cJSON_Delete(d);
     /* the key, the method */
     http_buf b;
@@ -840,9 +824,9 @@ static void test_errors(void **state) {
         assert_int_equal(code, cases[i].status);
         cJSON *j = cJSON_Parse(b.p);
         assert_non_null(j);
-        assert_non_null(jstr(j, "error.message"));
-        assert_non_null(jstr(j, "error.type"));
-        if (cases[i].param) assert_string_equal(jstr(j, "error.param"), cases[i].param);
+        assert_non_null(json_str(j, "error.message"));
+        assert_non_null(json_str(j, "error.type"));
+        if (cases[i].param) assert_string_equal(json_str(j, "error.param"), cases[i].param);
         cJSON_Delete(j);
         free(b.p);
     }
@@ -908,7 +892,7 @@ static void test_batched_equals_sequential(void **state) {
         snprintf(bodies[i], 256, "{\"prompt\":\"%s%s\",\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true}",
                  starts[i % 8], i >= 8 ? " again" : "", 16 + 3 * i);
         cJSON *j = post_ok("/v1/completions", bodies[i]);
-        alone[i] = strdup(jstr(j, "choices.0.text"));
+        alone[i] = strdup(json_str(j, "choices.0.text"));
         cJSON_Delete(j);
     }
     long codes[N];
@@ -917,7 +901,7 @@ static void test_batched_equals_sequential(void **state) {
     for (int i = 0; i < N; i++) {
         assert_int_equal(codes[i], 200);
         cJSON *j = cJSON_Parse(bufs[i].p);
-        assert_string_equal(jstr(j, "choices.0.text"), alone[i]);
+        assert_string_equal(json_str(j, "choices.0.text"), alone[i]);
         cJSON_Delete(j);
         free(bufs[i].p);
         free(bodies[i]);
@@ -925,17 +909,6 @@ static void test_batched_equals_sequential(void **state) {
     }
 }
 
-static long metric(int port, const char *name) {
-    http_buf b;
-    assert_int_equal(http(port, "GET", "/metrics", NULL, NULL, &b), 200);
-    char key[128];
-    snprintf(key, sizeof key, "\n%s ", name);
-    const char *p = strstr(b.p, key);
-    assert_non_null(p);
-    long v = atol(p + strlen(key));
-    free(b.p);
-    return v;
-}
 
 static void test_disconnect_frees_blocks(void **state) {
     (void)state;
@@ -953,8 +926,8 @@ static void test_disconnect_frees_blocks(void **state) {
     /* within a few seconds the sequence is gone and its blocks are back */
     long running = -1, used = -1;
     for (int i = 0; i < 100; i++) {
-        running = metric(g_srv.port, "kvant_num_requests_running");
-        used = metric(g_srv.port, "kvant_kv_blocks_used");
+        running = metric_value(g_srv.port, "kvant_num_requests_running");
+        used = metric_value(g_srv.port, "kvant_kv_blocks_used");
         if (!running && !used) break;
         usleep(50000);
     }
@@ -975,8 +948,8 @@ static void test_disconnect_frees_blocks(void **state) {
  * completion delivered after it once, as ok. */
 static void test_blocking_disconnect_cancels(void **state) {
     (void)state;
-    const long ok0 = metric(g_srv.port, "kvant_requests_total{outcome=\"ok\"}");
-    const long cancelled0 = metric(g_srv.port, "kvant_requests_total{outcome=\"cancelled\"}");
+    const long cancelled0 = metric_settled(g_srv.port, "kvant_requests_total{outcome=\"cancelled\"}");
+    const long ok0 = metric_value(g_srv.port, "kvant_requests_total{outcome=\"ok\"}");
     http_buf b = {0};
     struct curl_slist *hd;
     CURL *h = http_make(g_srv.port, "POST", "/v1/completions",
@@ -988,19 +961,19 @@ static void test_blocking_disconnect_cancels(void **state) {
     free(b.p);
     long running = -1, used = -1, cancelled = cancelled0;
     for (int i = 0; i < 100; i++) {
-        running = metric(g_srv.port, "kvant_num_requests_running");
-        used = metric(g_srv.port, "kvant_kv_blocks_used");
-        cancelled = metric(g_srv.port, "kvant_requests_total{outcome=\"cancelled\"}");
+        running = metric_value(g_srv.port, "kvant_num_requests_running");
+        used = metric_value(g_srv.port, "kvant_kv_blocks_used");
+        cancelled = metric_value(g_srv.port, "kvant_requests_total{outcome=\"cancelled\"}");
         if (!running && !used && cancelled > cancelled0) break;
         usleep(50000);
     }
     assert_int_equal(running, 0);
     assert_int_equal(used, 0);
     assert_int_equal(cancelled, cancelled0 + 1);
-    assert_int_equal(metric(g_srv.port, "kvant_requests_total{outcome=\"ok\"}"), ok0);
+    assert_int_equal(metric_value(g_srv.port, "kvant_requests_total{outcome=\"ok\"}"), ok0);
     cJSON_Delete(post_ok("/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":4}"));
-    assert_int_equal(metric(g_srv.port, "kvant_requests_total{outcome=\"ok\"}"), ok0 + 1);
-    assert_int_equal(metric(g_srv.port, "kvant_requests_total{outcome=\"cancelled\"}"), cancelled0 + 1);
+    assert_int_equal(metric_value(g_srv.port, "kvant_requests_total{outcome=\"ok\"}"), ok0 + 1);
+    assert_int_equal(metric_value(g_srv.port, "kvant_requests_total{outcome=\"cancelled\"}"), cancelled0 + 1);
 }
 
 /* A client that announces a body over --max-body (65536 here) and sends it
@@ -1072,353 +1045,10 @@ static void test_queue_full_429(void **state) {
     free(b.p);
     assert_int_equal(http(s.port, "POST", "/v1/embeddings", "{\"input\":\"a\"}", NULL, &b), 200);
     free(b.p);
-    assert_int_equal(metric(s.port, "kvant_kv_blocks_used"), 0);
+    assert_int_equal(metric_value(s.port, "kvant_kv_blocks_used"), 0);
     int st = stop_server(&s);
     g_extra = 0;
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-}
-
-/* ---- POST /v1/embeddings ----------------------------------------------------------- */
-/* kvant_embed alone, in this process, on the model the server runs: the reference */
-static int embed_ref(const char *text, float *out, int *n_tok) {
-    kvant_status st;
-    kvant_model *m = kvant_model_open(shared_path("models/stories260K.gguf"), NULL, &st);
-    if (!m) fail_msg("%s", st.msg);
-    kvant_model_info in;
-    kvant_model_get_info(m, &in);
-    int32_t t[512];
-    const int n = kvant_tokenize(m, text, strlen(text), true, t, 512);
-    assert_true(n > 0);
-    kvant_seq *s = kvant_seq_new(m, 0, &st);
-    assert_non_null(s);
-    assert_int_equal(kvant_embed(s, t, n, out, &st), KVANT_OK);
-    kvant_seq_free(s);
-    kvant_model_free(m);
-    if (n_tok) *n_tok = n;
-    return in.dim;
-}
-
-/* the text of the k-th "embedding" value in a response body, as sent */
-static char *raw_embedding(const char *body, int k) {
-    const char *p = body;
-    for (int i = 0; i <= k; i++) {
-        p = strstr(p, "\"embedding\":");
-        assert_non_null(p);
-        p += 12;
-    }
-    const char *e = *p == '[' ? strchr(p, ']') : strchr(p + 1, '"');
-    assert_non_null(e);
-    const size_t n = (size_t)(e + 1 - p);
-    char *o = malloc(n + 1);
-    memcpy(o, p, n);
-    o[n] = 0;
-    return o;
-}
-
-/* a JSON float list's values, read back as float32 (the shortest text that does) */
-static int floats_of_text(const char *raw, float *out, int cap) {
-    assert_true(raw[0] == '[');
-    int n = 0;
-    for (const char *p = raw + 1; *p && *p != ']'; n++) {
-        char *end;
-        assert_true(n < cap);
-        out[n] = strtof(p, &end);
-        assert_true(end > p);
-        p = *end == ',' ? end + 1 : end;
-    }
-    return n;
-}
-
-/* a JSON base64 string ("...", with its quotes) -> little-endian float32s */
-static int floats_of_base64(const char *raw, float *out, int cap) {
-    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    assert_true(raw[0] == '"');
-    unsigned char b[4096];
-    size_t nb = 0;
-    uint32_t acc = 0;
-    int bits = 0;
-    for (const char *p = raw + 1; *p != '"'; p++) {
-        if (*p == '=') continue;
-        const char *c = strchr(A, *p);
-        assert_non_null(c);
-        acc = acc << 6 | (uint32_t)(c - A);
-        if ((bits += 6) >= 8) {
-            bits -= 8;
-            assert_true(nb < sizeof b);
-            b[nb++] = (unsigned char)(acc >> bits);
-        }
-    }
-    assert_int_equal(nb % 4, 0);
-    assert_true((int)(nb / 4) <= cap);
-    for (size_t i = 0; i < nb / 4; i++) {
-        const uint32_t u = (uint32_t)b[4 * i] | (uint32_t)b[4 * i + 1] << 8 | (uint32_t)b[4 * i + 2] << 16 |
-                           (uint32_t)b[4 * i + 3] << 24;
-        memcpy(&out[i], &u, 4);
-    }
-    return (int)(nb / 4);
-}
-
-static long post_embed(const char *body, http_buf *b) { return http(g_srv.port, "POST", "/v1/embeddings", body, KEY, b); }
-
-/* a string and an array of strings / token ids: unit vectors of the model's
- * dim, equal to kvant_embed alone bit for bit, in order, with usage */
-static void test_embeddings(void **state) {
-    (void)state;
-    static const char *const texts[] = {"Once upon a time", "The dog ran to the park.", "A cat."};
-    float want[3][64], got[64];
-    int n_tok[3], dim = 0;
-    for (int i = 0; i < 3; i++) dim = embed_ref(texts[i], want[i], &n_tok[i]);
-    assert_int_equal(dim, 64);
-    /* one string, floats */
-    cJSON *j = post_ok("/v1/embeddings", "{\"model\":\"stories260K\",\"input\":\"Once upon a time\",\"user\":\"u-1\"}");
-    assert_string_equal(jstr(j, "object"), "list");
-    assert_string_equal(jstr(j, "model"), "stories260K");
-    assert_string_equal(jstr(j, "data.0.object"), "embedding");
-    assert_int_equal((int)jnum(j, "data.0.index"), 0);
-    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "data")), 1);
-    assert_int_equal((int)jnum(j, "usage.prompt_tokens"), n_tok[0]);
-    assert_int_equal((int)jnum(j, "usage.total_tokens"), n_tok[0]);
-    cJSON *vec = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "data"), 0), "embedding");
-    assert_int_equal(cJSON_GetArraySize(vec), dim);
-    double norm = 0;
-    cJSON *x;
-    cJSON_ArrayForEach(x, vec) norm += x->valuedouble * x->valuedouble;
-    assert_true(fabs(norm - 1) < 1e-5);
-    cJSON_Delete(j);
-    http_buf b;
-    assert_int_equal(post_embed("{\"input\":\"Once upon a time\",\"encoding_format\":\"float\"}", &b), 200);
-    char *raw = raw_embedding(b.p, 0);
-    assert_int_equal(floats_of_text(raw, got, 64), dim);
-    assert_memory_equal(got, want[0], sizeof(float) * (size_t)dim); /* the float text reads back exactly */
-    free(raw);
-    free(b.p);
-    /* an array of strings, base64 */
-    assert_int_equal(post_embed("{\"input\":[\"Once upon a time\",\"The dog ran to the park.\",\"A cat.\"],"
-                                "\"encoding_format\":\"base64\",\"dimensions\":64}", &b), 200);
-    j = cJSON_Parse(b.p);
-    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "data")), 3);
-    assert_int_equal((int)jnum(j, "usage.prompt_tokens"), n_tok[0] + n_tok[1] + n_tok[2]);
-    for (int i = 0; i < 3; i++) {
-        char path[32];
-        snprintf(path, sizeof path, "data.%d.index", i);
-        assert_int_equal((int)jnum(j, path), i);
-        raw = raw_embedding(b.p, i);
-        assert_int_equal(floats_of_base64(raw, got, 64), dim);
-        assert_memory_equal(got, want[i], sizeof(float) * (size_t)dim);
-        norm = 0;
-        for (int k = 0; k < dim; k++) norm += (double)got[k] * got[k];
-        assert_true(fabs(norm - 1) < 1e-5);
-        free(raw);
-    }
-    cJSON_Delete(j);
-    free(b.p);
-    /* token ids: [ids] and [[ids], [ids]] (BOS given as the string's tokens have it) */
-    j = post_ok("/tokenize", "{\"content\":\"A cat.\",\"add_special\":true,\"parse_special\":false}");
-    char *ids = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "tokens"));
-    cJSON_Delete(j);
-    char body[512];
-    snprintf(body, sizeof body, "{\"input\":%s,\"encoding_format\":\"base64\"}", ids);
-    assert_int_equal(post_embed(body, &b), 200);
-    raw = raw_embedding(b.p, 0);
-    assert_int_equal(floats_of_base64(raw, got, 64), dim);
-    assert_memory_equal(got, want[2], sizeof(float) * (size_t)dim);
-    free(raw);
-    free(b.p);
-    snprintf(body, sizeof body, "{\"input\":[%s,[1,2,3],%s],\"encoding_format\":\"base64\"}", ids, ids);
-    assert_int_equal(post_embed(body, &b), 200);
-    char *r0 = raw_embedding(b.p, 0), *r2 = raw_embedding(b.p, 2);
-    assert_string_equal(r0, r2);
-    assert_int_equal(floats_of_base64(r0, got, 64), dim);
-    assert_memory_equal(got, want[2], sizeof(float) * (size_t)dim);
-    free(r0), free(r2), free(b.p);
-    cJSON_free(ids);
-}
-
-/* The batching-invariance result: the same text's vector alone, second of
- * three in one request, and while a long generation streams beside it, is
- * the same floats bit for bit (the float text and the base64 bytes as sent) */
-static void test_embeddings_batching_invariance(void **state) {
-    (void)state;
-    const char *T = "The little dog ran to the park and played with a big red ball.";
-    char alone_f[256], alone_b[256], arr_f[320], arr_b[320];
-    snprintf(alone_f, sizeof alone_f, "{\"input\":\"%s\"}", T);
-    snprintf(alone_b, sizeof alone_b, "{\"input\":[\"%s\"],\"encoding_format\":\"base64\"}", T);
-    snprintf(arr_f, sizeof arr_f, "{\"input\":[\"Once upon a time\",\"%s\",\"A cat sat on the mat.\"]}", T);
-    snprintf(arr_b, sizeof arr_b, "{\"input\":[\"Once upon a time\",\"%s\",\"A cat sat on the mat.\"],"
-             "\"encoding_format\":\"base64\"}", T);
-    const char *bodies[4] = {alone_f, alone_b, arr_f, arr_b};
-    const int at[4] = {0, 0, 1, 1};
-    char *seq[4], *conc[4];
-    for (int i = 0; i < 4; i++) {
-        http_buf b;
-        assert_int_equal(post_embed(bodies[i], &b), 200);
-        seq[i] = raw_embedding(b.p, at[i]);
-        free(b.p);
-    }
-    /* a long generation streaming, then the four at once beside it */
-    http_buf sb = {0}, eb[4];
-    struct curl_slist *shd, *ehd[4];
-    CURL *sh = http_make(g_srv.port, "POST", "/v1/completions",
-                         "{\"prompt\":\"Once upon a time\",\"max_tokens\":2000,\"stream\":true,\"ignore_eos\":true}",
-                         KEY, &sb, &shd);
-    CURLM *mh = curl_multi_init();
-    curl_multi_add_handle(mh, sh);
-    int running = 1;
-    for (int i = 0; i < 2000 && sb.n < 200; i++) { /* a few tokens in */
-        curl_multi_perform(mh, &running);
-        curl_multi_poll(mh, NULL, 0, 10, NULL);
-    }
-    assert_true(sb.n >= 200);
-    const size_t streamed_before = sb.n;
-    CURL *eh[4];
-    for (int i = 0; i < 4; i++) {
-        memset(&eb[i], 0, sizeof eb[i]);
-        eh[i] = http_make(g_srv.port, "POST", "/v1/embeddings", bodies[i], KEY, &eb[i], &ehd[i]);
-        curl_multi_add_handle(mh, eh[i]);
-    }
-    int left = 4;
-    while (left) {
-        curl_multi_perform(mh, &running);
-        CURLMsg *msg;
-        int q;
-        while ((msg = curl_multi_info_read(mh, &q)))
-            if (msg->msg == CURLMSG_DONE && msg->easy_handle != sh) left--;
-            else if (msg->msg == CURLMSG_DONE) fail_msg("the stream ended before the embeddings");
-        if (left) curl_multi_poll(mh, NULL, 0, 10, NULL);
-    }
-    assert_null(strstr(sb.p, "[DONE]")); /* still generating: the embeddings ran beside it */
-    const size_t streamed = sb.n - streamed_before;
-    for (int i = 0; i < 4; i++) {
-        long code = 0;
-        curl_easy_getinfo(eh[i], CURLINFO_RESPONSE_CODE, &code);
-        assert_int_equal(code, 200);
-        conc[i] = raw_embedding(eb[i].p, at[i]);
-        curl_multi_remove_handle(mh, eh[i]);
-        curl_easy_cleanup(eh[i]);
-        curl_slist_free_all(ehd[i]);
-        free(eb[i].p);
-    }
-    curl_multi_remove_handle(mh, sh); /* hang up on the stream */
-    curl_easy_cleanup(sh);
-    curl_slist_free_all(shd);
-    curl_multi_cleanup(mh);
-    free(sb.p);
-    /* float text alone == in the array == beside the stream; base64 the same;
-     * and both encodings the same float32s */
-    for (int i = 0; i < 4; i++) assert_string_equal(conc[i], seq[i]);
-    assert_string_equal(seq[0], seq[2]);
-    assert_string_equal(seq[1], seq[3]);
-    float ft[64], fb[64];
-    const int dim = floats_of_text(seq[0], ft, 64);
-    assert_int_equal(floats_of_base64(seq[1], fb, 64), dim);
-    assert_memory_equal(ft, fb, sizeof(float) * (size_t)dim);
-    printf("embeddings batching invariance: \"%.24s...\" alone, 2nd of 3 in one request, and beside a streaming "
-           "generation (%zu SSE bytes streamed meanwhile): the same %d float32s bit for bit (float text %zu bytes "
-           "x 4 equal, base64 %zu chars x 4 equal, base64 == float text)\n",
-           T, streamed, dim, strlen(seq[0]), strlen(seq[1]));
-    for (int i = 0; i < 4; i++) free(seq[i]), free(conc[i]);
-}
-
-/* every refusal names its field (param); unknown fields have code unknown_field */
-static void test_embeddings_refusals(void **state) {
-    (void)state;
-    char *many = malloc(8 * 300), *p = many;
-    p += sprintf(p, "{\"input\":[");
-    for (int i = 0; i < 257; i++) p += sprintf(p, "%s\"a\"", i ? "," : "");
-    sprintf(p, "]}");
-    char *tlong = malloc(20000);
-    p = tlong + sprintf(tlong, "{\"input\":\"");
-    for (int i = 0; i < 2100; i++) p += sprintf(p, "a ");
-    sprintf(p, "\"}");
-    static const struct {
-        const char *body;
-        int status;
-        const char *param, *code;
-    } cases[] = {
-        {"{\"input\":\"\"}", 400, "input", NULL},
-        {"{\"input\":[]}", 400, "input", NULL},
-        {"{\"input\":[\"a\",\"\"]}", 400, "input", NULL},
-        {"{\"input\":[[]]}", 400, "input", NULL},
-        {"{\"input\":[[1],[]]}", 400, "input", NULL},
-        {"{\"input\":[1,\"a\"]}", 400, "input", NULL},
-        {"{\"input\":[\"a\",[1]]}", 400, "input", NULL},
-        {"{\"input\":[512]}", 400, "input", NULL},
-        {"{\"input\":[1.5]}", 400, "input", NULL},
-        {"{\"input\":42}", 400, "input", NULL},
-        {"{\"input\":{\"text\":\"a\"}}", 400, "input", NULL},
-        {"{\"model\":\"stories260K\"}", 400, "input", NULL},
-        {"{\"input\":\"a\",\"dimensions\":32}", 400, "dimensions", NULL},
-        {"{\"input\":\"a\",\"dimensions\":64.5}", 400, "dimensions", NULL},
-        {"{\"input\":\"a\",\"dimensions\":\"64\"}", 400, "dimensions", NULL},
-        {"{\"input\":\"a\",\"encoding_format\":\"int8\"}", 400, "encoding_format", NULL},
-        {"{\"input\":\"a\",\"user\":7}", 400, "user", NULL},
-        {"{\"input\":\"a\",\"model\":7}", 400, "model", NULL},
-        {"{\"input\":\"a\",\"model\":\"gpt-4\"}", 404, "model", "model_not_found"},
-        {"{\"input\":\"a\",\"temperature\":0}", 400, "temperature", "unknown_field"},
-        {"{\"input\":\"a\",\"input\":\"b\"}", 400, "input", NULL},
-        {"{\"input\":\"a\",\"prompt\":\"b\"}", 400, "prompt", "unknown_field"},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases + 2; i++) {
-        const bool extra = i >= sizeof cases / sizeof *cases;
-        const char *body = extra ? (i == sizeof cases / sizeof *cases ? many : tlong) : cases[i].body;
-        http_buf b;
-        const long code = post_embed(body, &b);
-        cJSON *j = cJSON_Parse(b.p);
-        if (code != (extra ? 400 : cases[i].status)) fail_msg("%.80s -> %ld %s", body, code, b.p);
-        assert_non_null(j);
-        const char *param = jstr(j, "error.param"), *ecode = jstr(j, "error.code");
-        if (!param || strcmp(param, extra ? "input" : cases[i].param)) fail_msg("%.80s -> %s", body, b.p);
-        if (extra && i > sizeof cases / sizeof *cases) assert_string_equal(ecode, "context_length_exceeded");
-        if (!extra && cases[i].code) assert_string_equal(ecode, cases[i].code);
-        if (!extra && !cases[i].code && ecode && !strcmp(ecode, "unknown_field")) fail_msg("%s -> %s", body, b.p);
-        cJSON_Delete(j);
-        free(b.p);
-    }
-    free(many);
-    free(tlong);
-    http_buf b; /* the method, the key */
-    assert_int_equal(http(g_srv.port, "GET", "/v1/embeddings", NULL, KEY, &b), 405);
-    free(b.p);
-    assert_int_equal(http(g_srv.port, "POST", "/v1/embeddings", "{\"input\":\"a\"}", NULL, &b), 401);
-    free(b.p);
-    cJSON_Delete(post_ok("/v1/embeddings", "{\"input\":\"a\",\"encoding_format\":null,\"dimensions\":null}"));
-}
-
-/* a client that hangs up while its inputs run: libmicrohttpd does not see a
- * suspended connection close, the server's watch does; every input is
- * cancelled and the blocks come back */
-static void test_embeddings_disconnect(void **state) {
-    (void)state;
-    char *body = malloc(70000), *p = body;
-    p += sprintf(p, "{\"input\":[");
-    for (int i = 0; i < 64; i++) {
-        p += sprintf(p, "%s\"", i ? "," : "");
-        for (int k = 0; k < 500; k++) p += sprintf(p, "a ");
-        p += sprintf(p, "\"");
-    }
-    sprintf(p, "]}");
-    const long cancelled = metric(g_srv.port, "kvant_requests_total{outcome=\"cancelled\"}");
-    http_buf b = {0};
-    struct curl_slist *hd;
-    CURL *h = http_make(g_srv.port, "POST", "/v1/embeddings", body, KEY, &b, &hd);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 150L);
-    assert_int_equal(curl_easy_perform(h), CURLE_OPERATION_TIMEDOUT);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hd);
-    free(b.p);
-    free(body);
-    long running = -1, used = -1, now = cancelled;
-    for (int i = 0; i < 100; i++) {
-        running = metric(g_srv.port, "kvant_num_requests_running");
-        used = metric(g_srv.port, "kvant_kv_blocks_used");
-        now = metric(g_srv.port, "kvant_requests_total{outcome=\"cancelled\"}");
-        if (!running && !used && now > cancelled) break;
-        usleep(50000);
-    }
-    assert_int_equal(running, 0);
-    assert_int_equal(used, 0);
-    assert_int_equal(now, cancelled + 1);
-    cJSON_Delete(post_ok("/v1/embeddings", "{\"input\":\"still serving\"}"));
 }
 
 /* SIGTERM while a stream runs: the stream still ends with [DONE], exit 0 */
@@ -1502,10 +1132,6 @@ int main(void) {
         cmocka_unit_test(test_disconnect_frees_blocks),
         cmocka_unit_test(test_blocking_disconnect_cancels),
         cmocka_unit_test(test_body_over_limit_sent_whole),
-        cmocka_unit_test(test_embeddings),
-        cmocka_unit_test(test_embeddings_batching_invariance),
-        cmocka_unit_test(test_embeddings_refusals),
-        cmocka_unit_test(test_embeddings_disconnect),
         cmocka_unit_test(test_queue_full_429),
         cmocka_unit_test(test_sigterm_graceful),
     };
