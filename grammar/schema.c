@@ -1,5 +1,7 @@
 /* grammar/schema.c - JSON Schema to GBNF (the subset grammar.h lists), then
- * through the GBNF compiler.  Every value rule matches its value and the
+ * through the GBNF compiler: the walker over the schema (names, $ref,
+ * enum/const, strings, arrays, objects, anyOf); integer bounds are
+ * schema_int.c's, string patterns schema_pattern.c's.  Every value rule matches its value and the
  * bounded whitespace after it (ws), as llama.cpp's converter does; the
  * root rule is the top schema.  Rules made for a schema are named from
  * its place ("root-address-city"); the shared primitives are json-*. */
@@ -9,10 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar_impl.h"
+#include "grammar/schema_impl.h"
 
 /* the shared rules, written when first used */
-enum { P_WS, P_CHAR, P_STRING, P_INTPART, P_INTEGER, P_NUMBER, P_BOOLEAN, P_NULL, P_VALUE, P_OBJECT, P_ARRAY, P_N };
 static const char *const prim_name[P_N] = {"ws",           "json-char",    "json-string", "json-int-part",
                                            "json-integer", "json-number",  "json-boolean", "json-null",
                                            "json-value",   "json-object",  "json-array"};
@@ -40,32 +41,8 @@ static const unsigned prim_deps[P_N] = {
     1u << P_WS | 1u << P_STRING | 1u << P_VALUE, 1u << P_WS | 1u << P_VALUE,
 };
 
-typedef struct {
-    char *ptr, *name;
-} sc_ref;
 
-typedef struct {
-    gstr out; /* the rules */
-    const gjson *doc;
-    kvant_status *st;
-    bool failed;
-    unsigned prim; /* primitives used */
-    char **names;
-    int n_names, cap_names;
-    uint32_t *name_hash; /* 1 + index into names; 0 = empty */
-    uint32_t name_cap;
-    sc_ref *refs;
-    int n_refs, cap_refs;
-    uint32_t *ref_hash; /* 1 + index into refs by ptr; 0 = empty (a linear search was quadratic in the $refs) */
-    uint32_t ref_cap;
-    int name_seq;  /* the next suffix for a name taken more than NAME_TRIES times */
-    char path[1024]; /* JSON pointer of the schema being compiled, for messages */
-    size_t path_len;
-    int depth; /* compile_rule calls in progress (sub-schemas and $ref targets): GRAMMAR_MAX_SCHEMA_DEPTH */
-} sc;
-
-static bool sc_fail(sc *c, kvant_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool sc_fail(sc *c, kvant_code code, const char *fmt, ...) {
+bool sc_fail(sc *c, kvant_code code, const char *fmt, ...) {
     if (c->failed) return false;
     c->failed = true;
     char msg[400];
@@ -77,7 +54,7 @@ static bool sc_fail(sc *c, kvant_code code, const char *fmt, ...) {
     return false;
 }
 
-static bool sc_oom(sc *c) {
+bool sc_oom(sc *c) {
     if (!c->failed) core_fail(c->st, KVANT_ERR_NOMEM, "JSON Schema: out of memory");
     c->failed = true;
     return false;
@@ -94,7 +71,7 @@ static void path_pop(sc *c, size_t save) {
     c->path[save] = 0;
 }
 
-static const char *use(sc *c, int p) {
+const char *sc_use(sc *c, int p) {
     c->prim |= 1u << p;
     return prim_name[p];
 }
@@ -233,7 +210,7 @@ static void json_lit(sc *c, gstr *o, const gjson *v) {
         return;
     }
     lit(o, t, n);
-    gstr_printf(o, " %s", use(c, P_WS));
+    gstr_printf(o, " %s", sc_use(c, P_WS));
     free(t);
 }
 
@@ -317,7 +294,7 @@ static bool enum_body(sc *c, const gjson *v, const char *name, gstr *o) {
     }
     gstr_put(o, "(", 1);
     lit_trie(c, name, o, l, 0, m, 0);
-    gstr_printf(o, ") %s", use(c, P_WS));
+    gstr_printf(o, ") %s", sc_use(c, P_WS));
     for (int i = 0; i < m; i++) free(l[i].t);
     free(l);
     return !c->failed;
@@ -427,598 +404,6 @@ static const char *compile_ref(sc *c, const char *ref) {
     return ok ? name : NULL;
 }
 
-/* ---- integers with bounds ------------------------------------------------------------- */
-enum { INT_DIGITS = 16 };
-
-static int ndigits(int64_t x) {
-    int n = 1;
-    while (x >= 10) x /= 10, n++;
-    return n;
-}
-
-/* digit strings X and Y of the same length k, X <= Y: every number between */
-static void same_len(gstr *o, const char *X, const char *Y, int k) {
-    int i = 0;
-    while (i < k && X[i] == Y[i]) i++;
-    if (i) {
-        gstr_put(o, "\"", 1);
-        gstr_put(o, X, (size_t)i);
-        gstr_put(o, "\" ", 2);
-    }
-    if (i == k) return;
-    X += i, Y += i, k -= i;
-    bool zeros = true, nines = true;
-    for (int j = 1; j < k; j++) {
-        if (X[j] != '0') zeros = false;
-        if (Y[j] != '9') nines = false;
-    }
-    char lo = X[0], hi = Y[0];
-    bool first = true;
-    gstr_put(o, "(", 1);
-    if (!zeros) {
-        char n9[32];
-        memset(n9, '9', (size_t)k - 1);
-        gstr_printf(o, "\"%c\" ", X[0]);
-        same_len(o, X + 1, n9, k - 1);
-        first = false;
-        lo++;
-    }
-    bool tail = !nines;
-    if (tail) hi--;
-    if (lo <= hi) {
-        if (!first) gstr_puts(o, " | ");
-        gstr_printf(o, "[%c-%c]", lo, hi);
-        if (k > 1) gstr_printf(o, " [0-9]{%d}", k - 1);
-        first = false;
-    }
-    if (tail) {
-        char n0[32];
-        memset(n0, '0', (size_t)k - 1);
-        if (!first) gstr_puts(o, " | ");
-        gstr_printf(o, "\"%c\" ", Y[0]);
-        same_len(o, n0, Y + 1, k - 1);
-    }
-    gstr_put(o, ")", 1);
-}
-
-static int64_t pow10i(int k) {
-    int64_t p = 1;
-    while (k-- > 0) p *= 10;
-    return p;
-}
-
-/* [a, b] of non-negative integers (b < 0: unbounded, up to INT_DIGITS digits
- * or a's), as alternatives */
-static void nonneg_range(gstr *o, int64_t a, int64_t b) {
-    int la = ndigits(a), lb = b < 0 ? (la > INT_DIGITS ? la : INT_DIGITS) : ndigits(b);
-    bool first = true;
-    for (int len = la; len <= lb; len++) {
-        int64_t lo = len == 1 ? 0 : pow10i(len - 1);
-        int64_t hi = pow10i(len) - 1;
-        if (lo < a) lo = a;
-        if (b >= 0 && hi > b) hi = b;
-        if (lo > hi) continue;
-        if (!first) gstr_puts(o, " | ");
-        first = false;
-        if (b < 0 && len > la && len == la + 1) { /* every longer length at once */
-            gstr_printf(o, "[1-9] [0-9]{%d,%d}", len - 1, lb - 1);
-            break;
-        }
-        char X[32], Y[32];
-        /* both have len digits: lo >= 10^(len-1) (or len is 1) */
-        snprintf(X, sizeof X, "%lld", (long long)lo);
-        snprintf(Y, sizeof Y, "%lld", (long long)hi);
-        same_len(o, X, Y, len);
-    }
-}
-
-static bool int_bound(sc *c, const gjson *s, const char *key, bool upper, bool *has, int64_t *out) {
-    const gjson *v = gjson_get(s, key);
-    if (!v) return true;
-    if (v->type == GJSON_BOOL) return true; /* draft 4 form, read with minimum / maximum */
-    if (v->type != GJSON_NUMBER) return sc_fail(c, KVANT_ERR_ARG, "'%s' must be a number", key);
-    bool excl = !strncmp(key, "exclusive", 9);
-    if (!excl) {
-        const gjson *d4 = gjson_get(s, upper ? "exclusiveMaximum" : "exclusiveMinimum");
-        excl = d4 && d4->type == GJSON_BOOL && d4->b;
-    }
-    double x = v->num;
-    const double lim = 1e18;
-    if (upper ? x >= lim : x <= -lim) return true; /* beyond anything the grammar writes */
-    if (upper ? x <= -lim : x >= lim)
-        return sc_fail(c, KVANT_ERR_UNSUPPORTED, "'%s' beyond +-10^18 is not supported", key);
-    int64_t b;
-    if (upper) b = excl ? (int64_t)ceil(x) - 1 : (int64_t)floor(x);
-    else b = excl ? (int64_t)floor(x) + 1 : (int64_t)ceil(x);
-    if (*has) b = upper ? (b < *out ? b : *out) : (b > *out ? b : *out);
-    *has = true;
-    *out = b;
-    return true;
-}
-
-static bool int_range(sc *c, const gjson *s, gstr *o) {
-    bool has_lo = false, has_hi = false;
-    int64_t lo = 0, hi = 0;
-    if (!int_bound(c, s, "minimum", false, &has_lo, &lo) || !int_bound(c, s, "exclusiveMinimum", false, &has_lo, &lo) ||
-        !int_bound(c, s, "maximum", true, &has_hi, &hi) || !int_bound(c, s, "exclusiveMaximum", true, &has_hi, &hi))
-        return false;
-    if (has_lo && has_hi && lo > hi) return sc_fail(c, KVANT_ERR_ARG, "no integer lies within the bounds");
-    gstr_put(o, "(", 1);
-    bool any = false;
-    if (!has_lo || lo < 0) { /* negatives: "-" and magnitudes [max(1, -hi), -lo] */
-        int64_t mlo = has_hi && hi < -1 ? -hi : 1;
-        gstr_puts(o, "\"-\" (");
-        nonneg_range(o, mlo, has_lo ? -lo : -1);
-        gstr_put(o, ")", 1);
-        any = true;
-    }
-    if (!has_hi || hi >= 0) {
-        if (any) gstr_puts(o, " | ");
-        gstr_put(o, "(", 1);
-        nonneg_range(o, has_lo && lo > 0 ? lo : 0, has_hi ? hi : -1);
-        gstr_put(o, ")", 1);
-    }
-    gstr_printf(o, ") %s", use(c, P_WS));
-    return true;
-}
-
-/* ---- string patterns ------------------------------------------------------------------- */
-/* A code point as JSON string content, as a GBNF literal: the characters
- * JSON must escape in their escaped form. */
-static void json_char_lit(gstr *o, uint32_t cp) {
-    switch (cp) {
-    case '"': gstr_puts(o, "\"\\\\\\\"\""); return;  /* \"  */
-    case '\\': gstr_puts(o, "\"\\\\\\\\\""); return; /* \\  */
-    case '\n': gstr_puts(o, "\"\\\\n\""); return;
-    case '\r': gstr_puts(o, "\"\\\\r\""); return;
-    case '\t': gstr_puts(o, "\"\\\\t\""); return;
-    case '\b': gstr_puts(o, "\"\\\\b\""); return;
-    case '\f': gstr_puts(o, "\"\\\\f\""); return;
-    }
-    if (cp < 0x20 || cp == 0x7F) {
-        gstr_printf(o, "\"\\\\u%04x\"", cp);
-        return;
-    }
-    if (cp < 0x80 && ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9')))
-        gstr_printf(o, "\"%c\"", (char)cp);
-    else if (cp < 0x10000) gstr_printf(o, "\"\\u%04X\"", cp);
-    else gstr_printf(o, "\"\\U%08X\"", cp);
-}
-
-static bool is_json_special(uint32_t cp) { return cp < 0x20 || cp == '"' || cp == '\\' || cp == 0x7F; }
-
-typedef struct {
-    uint32_t *r; /* pairs */
-    int n, cap;
-} cpset;
-
-static bool cp_add(cpset *s, uint32_t lo, uint32_t hi) {
-    if (s->n == s->cap) {
-        int cap = s->cap ? s->cap * 2 : 16;
-        uint32_t *p = realloc(s->r, (size_t)cap * 2 * sizeof *p);
-        if (!p) return false;
-        s->r = p;
-        s->cap = cap;
-    }
-    s->r[2 * s->n] = lo, s->r[2 * s->n + 1] = hi, s->n++;
-    return true;
-}
-
-static int cmp_pair(const void *x, const void *y) {
-    const uint32_t *a = x, *b = y;
-    return a[0] < b[0] ? -1 : a[0] > b[0];
-}
-
-/* sorted and merged; negate: the complement within Unicode */
-static bool cp_normalize(cpset *s, bool negate) {
-    qsort(s->r, (size_t)s->n, 2 * sizeof *s->r, cmp_pair);
-    int m = 0;
-    for (int i = 0; i < s->n; i++) {
-        if (m && s->r[2 * i] <= s->r[2 * (m - 1) + 1] + 1) {
-            if (s->r[2 * i + 1] > s->r[2 * (m - 1) + 1]) s->r[2 * (m - 1) + 1] = s->r[2 * i + 1];
-        } else {
-            s->r[2 * m] = s->r[2 * i], s->r[2 * m + 1] = s->r[2 * i + 1], m++;
-        }
-    }
-    s->n = m;
-    if (!negate) return true;
-    cpset c = {0};
-    uint32_t next = 0;
-    for (int i = 0; i < m; i++) {
-        if (s->r[2 * i] > next && !cp_add(&c, next, s->r[2 * i] - 1)) return false;
-        next = s->r[2 * i + 1] + 1;
-    }
-    if (next <= 0x10FFFF && !cp_add(&c, next, 0x10FFFF)) return false;
-    free(s->r);
-    *s = c;
-    return true;
-}
-
-typedef struct {
-    sc *c;
-    const char *s;
-    size_t n, i;
-} rx;
-
-static bool rx_fail_unsup(rx *r, const char *what) {
-    return sc_fail(r->c, KVANT_ERR_UNSUPPORTED, "unsupported pattern feature %s in 'pattern' \"%.100s\"", what, r->s);
-}
-static bool rx_fail(rx *r, const char *what) {
-    return sc_fail(r->c, KVANT_ERR_ARG, "bad 'pattern' \"%.100s\": %s", r->s, what);
-}
-
-/* the class escapes: \d \w \s and their negations */
-static bool rx_shorthand(cpset *s, char e, bool *negated) {
-    static const uint32_t d[] = {'0', '9'}, w[] = {'0', '9', 'A', 'Z', '_', '_', 'a', 'z'},
-                          sp[] = {' ', ' ', '\t', '\r', 0x0B, 0x0C, 0xA0, 0xA0};
-    const uint32_t *t;
-    int n;
-    switch (e) {
-    case 'd': case 'D': t = d, n = 1; break;
-    case 'w': case 'W': t = w, n = 4; break;
-    case 's': case 'S': t = sp, n = 4; break;
-    default: return false;
-    }
-    *negated = e == 'D' || e == 'W' || e == 'S';
-    if (!*negated) {
-        for (int i = 0; i < n; i++)
-            if (!cp_add(s, t[2 * i], t[2 * i + 1])) return false;
-        if (e == 's' && !cp_add(s, '\n', '\n')) return false;
-        return true;
-    }
-    /* the complement, added range by range */
-    cpset pos = {0};
-    for (int i = 0; i < n; i++) cp_add(&pos, t[2 * i], t[2 * i + 1]);
-    if (e == 'S') cp_add(&pos, '\n', '\n');
-    bool ok = pos.r && cp_normalize(&pos, true);
-    for (int i = 0; ok && i < pos.n; i++) ok = cp_add(s, pos.r[2 * i], pos.r[2 * i + 1]);
-    free(pos.r);
-    return ok;
-}
-
-static int hexv(char ch) {
-    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
-}
-
-/* one escaped character after '\' (the shorthands and anchors handled by the caller) */
-static bool rx_escape_char(rx *r, uint32_t *cp) {
-    if (r->i >= r->n) return rx_fail(r, "'\\' at the end");
-    char e = r->s[r->i++];
-    switch (e) {
-    case 'n': *cp = '\n'; return true;
-    case 'r': *cp = '\r'; return true;
-    case 't': *cp = '\t'; return true;
-    case 'f': *cp = '\f'; return true;
-    case 'v': *cp = 0x0B; return true;
-    case '0': *cp = 0; return true;
-    case 'x': case 'u': {
-        int k = e == 'x' ? 2 : 4;
-        uint32_t v = 0;
-        for (int j = 0; j < k; j++) {
-            int h = r->i < r->n ? hexv(r->s[r->i]) : -1;
-            if (h < 0) return rx_fail(r, "bad \\x / \\u escape");
-            v = v * 16 + (uint32_t)h;
-            r->i++;
-        }
-        if (v >= 0xD800 && v <= 0xDFFF) return rx_fail_unsup(r, "'\\u' surrogate escapes");
-        *cp = v;
-        return true;
-    }
-    case 'b': case 'B': return rx_fail_unsup(r, "'\\b' (word boundary)");
-    case 'c': return rx_fail_unsup(r, "'\\c' (control escape)");
-    case 'k': case 'p': case 'P': return rx_fail_unsup(r, e == 'k' ? "'\\k' (named backreference)" : "'\\p' (Unicode property)");
-    }
-    if (e >= '1' && e <= '9') return rx_fail_unsup(r, "backreferences");
-    if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z')) {
-        char what[32];
-        snprintf(what, sizeof what, "'\\%c'", e);
-        return rx_fail_unsup(r, what);
-    }
-    uint32_t v;
-    int len = gutf8_decode((const uint8_t *)r->s + r->i - 1, r->n - r->i + 1, &v);
-    if (!len) return rx_fail(r, "invalid UTF-8");
-    r->i += (size_t)len - 1;
-    *cp = v;
-    return true;
-}
-
-/* a character set as JSON string content: one GBNF group */
-static bool emit_set(rx *r, gstr *o, cpset *s, bool negated) {
-    if (!cp_normalize(s, negated)) return sc_oom(r->c);
-    gstr raw = {0};
-    gstr esc = {0};
-    bool any_raw = false;
-    for (int i = 0; i < s->n; i++) {
-        uint32_t lo = s->r[2 * i], hi = s->r[2 * i + 1];
-        /* the specials inside [lo, hi]: escaped forms, for a set the pattern
-         * named positively; the rest raw */
-        for (uint32_t x = lo; x <= hi && x <= 0x7F; x++)
-            if (is_json_special(x) && !negated) {
-                if (esc.n) gstr_puts(&esc, " | ");
-                json_char_lit(&esc, x);
-            }
-        uint32_t a = lo;
-        while (a <= hi) {
-            while (a <= hi && a <= 0x7F && is_json_special(a)) a++;
-            if (a > hi) break;
-            uint32_t b = a;
-            while (b < hi) {
-                if (b + 1 > 0x7F) b = hi; /* no specials above ASCII */
-                else if (is_json_special(b + 1)) break;
-                else b++;
-            }
-            if (!any_raw) gstr_put(&raw, "[", 1);
-            any_raw = true;
-            if (b < 0x10000) gstr_printf(&raw, "\\u%04X", a);
-            else gstr_printf(&raw, "\\U%08X", a);
-            if (b != a) {
-                if (b < 0x10000) gstr_printf(&raw, "-\\u%04X", b);
-                else gstr_printf(&raw, "-\\U%08X", b);
-            }
-            a = b + 1;
-        }
-    }
-    if (any_raw) gstr_put(&raw, "]", 1);
-    bool ok = true;
-    if (!any_raw && !esc.n) ok = rx_fail(r, "a character class that matches nothing");
-    else {
-        gstr_put(o, "(", 1);
-        if (any_raw) gstr_put(o, raw.s, raw.n);
-        if (any_raw && esc.n) gstr_puts(o, " | ");
-        if (esc.n) gstr_put(o, esc.s, esc.n);
-        gstr_put(o, ")", 1);
-    }
-    if (raw.oom || esc.oom) ok = sc_oom(r->c);
-    gstr_free(&raw);
-    gstr_free(&esc);
-    return ok;
-}
-
-static bool rx_alt(rx *r, gstr *o, int depth, int *n_alts);
-
-static bool rx_class(rx *r, gstr *o) {
-    r->i++; /* [ */
-    bool neg = false;
-    if (r->i < r->n && r->s[r->i] == '^') neg = true, r->i++;
-    cpset s = {0};
-    bool ok = true, first = true;
-    while (ok && r->i < r->n && (r->s[r->i] != ']' || first)) {
-        first = false;
-        uint32_t lo;
-        if (r->s[r->i] == '\\' && r->i + 1 < r->n) {
-            bool sneg;
-            if (rx_shorthand(&s, r->s[r->i + 1], &sneg)) {
-                r->i += 2;
-                continue;
-            }
-            r->i++;
-            if (r->s[r->i] == 'b') { /* backspace inside a class */
-                r->i++;
-                lo = '\b';
-            } else if (!rx_escape_char(r, &lo)) {
-                ok = false;
-                break;
-            }
-        } else {
-            int len = gutf8_decode((const uint8_t *)r->s + r->i, r->n - r->i, &lo);
-            if (!len) {
-                ok = rx_fail(r, "invalid UTF-8");
-                break;
-            }
-            r->i += (size_t)len;
-        }
-        uint32_t hi = lo;
-        if (r->i + 1 < r->n && r->s[r->i] == '-' && r->s[r->i + 1] != ']') {
-            r->i++;
-            if (r->s[r->i] == '\\') {
-                r->i++;
-                if (!rx_escape_char(r, &hi)) {
-                    ok = false;
-                    break;
-                }
-            } else {
-                int len = gutf8_decode((const uint8_t *)r->s + r->i, r->n - r->i, &hi);
-                if (!len) {
-                    ok = rx_fail(r, "invalid UTF-8");
-                    break;
-                }
-                r->i += (size_t)len;
-            }
-            if (hi < lo) {
-                ok = rx_fail(r, "a class range out of order");
-                break;
-            }
-        }
-        if (!cp_add(&s, lo, hi)) ok = sc_oom(r->c);
-    }
-    if (ok && (r->i >= r->n || r->s[r->i] != ']')) ok = rx_fail(r, "unterminated '['");
-    if (ok) {
-        r->i++;
-        if (s.n == 0 && !neg) ok = rx_fail(r, "an empty class []");
-        else ok = emit_set(r, o, &s, neg);
-    }
-    free(s.r);
-    return ok;
-}
-
-static bool rx_atom(rx *r, gstr *o, int depth) {
-    char ch = r->s[r->i];
-    if (ch == '(') {
-        r->i++;
-        if (r->i < r->n && r->s[r->i] == '?') {
-            if (r->i + 1 < r->n && r->s[r->i + 1] == ':') r->i += 2;
-            else return rx_fail_unsup(r, "'(?' (lookaround or named group)");
-        }
-        int n_alts;
-        gstr_put(o, "(", 1);
-        if (!rx_alt(r, o, depth + 1, &n_alts)) return false;
-        if (r->i >= r->n || r->s[r->i] != ')') return rx_fail(r, "missing ')'");
-        r->i++;
-        gstr_put(o, ")", 1);
-        return true;
-    }
-    if (ch == '[') return rx_class(r, o);
-    if (ch == '.') { /* any character but line terminators */
-        r->i++;
-        cpset s = {0};
-        bool ok = cp_add(&s, '\n', '\n') && cp_add(&s, '\r', '\r') && cp_add(&s, 0x2028, 0x2029);
-        ok = ok ? emit_set(r, o, &s, true) : sc_oom(r->c);
-        free(s.r);
-        return ok;
-    }
-    if (ch == '^' || ch == '$') return rx_fail_unsup(r, "'^' or '$' other than at the ends");
-    if (ch == '*' || ch == '+' || ch == '?') return rx_fail(r, "a quantifier with nothing to repeat");
-    uint32_t cp;
-    if (ch == '\\') {
-        r->i++;
-        if (r->i < r->n) {
-            cpset s = {0};
-            bool neg;
-            if (rx_shorthand(&s, r->s[r->i], &neg)) {
-                r->i++;
-                bool ok = emit_set(r, o, &s, false);
-                free(s.r);
-                return ok;
-            }
-            free(s.r);
-        }
-        if (!rx_escape_char(r, &cp)) return false;
-    } else {
-        int len = gutf8_decode((const uint8_t *)r->s + r->i, r->n - r->i, &cp);
-        if (!len) return rx_fail(r, "invalid UTF-8");
-        r->i += (size_t)len;
-    }
-    json_char_lit(o, cp);
-    return true;
-}
-
-/* {m}, {m,}, {m,n} at r->i; false with nothing consumed when it is not one */
-static bool rx_braces(rx *r, long *m, long *n) {
-    size_t i = r->i + 1;
-    long a = 0, b = -1;
-    if (i >= r->n || r->s[i] < '0' || r->s[i] > '9') return false;
-    for (; i < r->n && r->s[i] >= '0' && r->s[i] <= '9'; i++)
-        if (a < 1000000) a = a * 10 + (r->s[i] - '0');
-    if (i < r->n && r->s[i] == '}') b = a;
-    else if (i < r->n && r->s[i] == ',') {
-        i++;
-        if (i < r->n && r->s[i] >= '0' && r->s[i] <= '9') {
-            b = 0;
-            for (; i < r->n && r->s[i] >= '0' && r->s[i] <= '9'; i++)
-                if (b < 1000000) b = b * 10 + (r->s[i] - '0');
-        }
-        if (i >= r->n || r->s[i] != '}') return false;
-    } else {
-        return false;
-    }
-    r->i = i + 1;
-    *m = a;
-    *n = b;
-    return true;
-}
-
-static bool rx_seq(rx *r, gstr *o, int depth) {
-    bool first = true;
-    while (r->i < r->n && r->s[r->i] != '|' && r->s[r->i] != ')' && !r->c->failed) {
-        gstr atom = {0};
-        if (r->s[r->i] == '{') { /* a brace that is no quantifier is a literal */
-            long m, n;
-            size_t save = r->i;
-            if (rx_braces(r, &m, &n)) {
-                r->i = save;
-                gstr_free(&atom);
-                return rx_fail(r, "a quantifier with nothing to repeat");
-            }
-            r->i++;
-            json_char_lit(&atom, '{');
-        } else if (!rx_atom(r, &atom, depth)) {
-            gstr_free(&atom);
-            return false;
-        }
-        long m = -2, n = -2;
-        if (r->i < r->n) {
-            char q = r->s[r->i];
-            if (q == '*') m = 0, n = -1, r->i++;
-            else if (q == '+') m = 1, n = -1, r->i++;
-            else if (q == '?') m = 0, n = 1, r->i++;
-            else if (q == '{' && !rx_braces(r, &m, &n)) m = -2;
-            if (m != -2 && r->i < r->n && r->s[r->i] == '?') r->i++; /* lazy: the same language */
-            if (m != -2 && r->i < r->n && (r->s[r->i] == '*' || r->s[r->i] == '+' || r->s[r->i] == '?' ||
-                                           (r->s[r->i] == '{' && r->i + 1 < r->n && r->s[r->i + 1] >= '0' &&
-                                            r->s[r->i + 1] <= '9'))) {
-                gstr_free(&atom);
-                return rx_fail(r, "a quantifier after a quantifier");
-            }
-        }
-        if (!first) gstr_put(o, " ", 1);
-        first = false;
-        if (m == -2) {
-            gstr_put(o, atom.s ? atom.s : "\"\"", atom.s ? atom.n : 2);
-        } else {
-            if (m > GRAMMAR_MAX_REPEAT || n > GRAMMAR_MAX_REPEAT) {
-                gstr_free(&atom);
-                return rx_fail_unsup(r, "a repetition count above 100000");
-            }
-            if (n >= 0 && n < m) {
-                gstr_free(&atom);
-                return rx_fail(r, "{m,n} with n < m");
-            }
-            gstr_put(o, "(", 1);
-            gstr_put(o, atom.s ? atom.s : "\"\"", atom.s ? atom.n : 2);
-            gstr_put(o, ")", 1);
-            if (m == 0 && n == -1) gstr_put(o, "*", 1);
-            else if (m == 1 && n == -1) gstr_put(o, "+", 1);
-            else if (m == 0 && n == 1) gstr_put(o, "?", 1);
-            else if (n == -1) gstr_printf(o, "{%ld,}", m);
-            else gstr_printf(o, "{%ld,%ld}", m, n);
-        }
-        gstr_free(&atom);
-    }
-    if (first) gstr_puts(o, "\"\"");
-    return !r->c->failed;
-}
-
-static bool rx_alt(rx *r, gstr *o, int depth, int *n_alts) {
-    if (depth > 64) return rx_fail(r, "groups nested too deeply");
-    *n_alts = 1;
-    if (!rx_seq(r, o, depth)) return false;
-    while (r->i < r->n && r->s[r->i] == '|') {
-        r->i++;
-        ++*n_alts;
-        gstr_puts(o, " | ");
-        if (!rx_seq(r, o, depth)) return false;
-    }
-    return true;
-}
-
-static bool pattern_body(sc *c, const char *pat, size_t len, gstr *o) {
-    bool start = len && pat[0] == '^';
-    bool end = false;
-    if (len && pat[len - 1] == '$') {
-        size_t bs = 0;
-        for (size_t k = len - 1; k > 0 && pat[k - 1] == '\\'; k--) bs++;
-        end = bs % 2 == 0;
-    }
-    rx r = {c, pat, end ? len - 1 : len, start ? 1 : 0};
-    gstr e = {0};
-    int n_alts = 0;
-    bool ok = rx_alt(&r, &e, 0, &n_alts);
-    if (ok && r.i < r.n) ok = rx_fail(&r, "unbalanced ')'");
-    if (ok && n_alts > 1 && (start || end))
-        ok = sc_fail(c, KVANT_ERR_UNSUPPORTED, "unsupported pattern feature: '^' or '$' with a '|' outside a group "
-                                               "in 'pattern' \"%.100s\" (put the alternatives in a group)", pat);
-    if (ok) {
-        gstr_puts(o, "\"\\\"\" ");
-        if (!start) gstr_printf(o, "%s* ", use(c, P_CHAR));
-        gstr_printf(o, "(%s)", e.s ? e.s : "\"\"");
-        if (!end) gstr_printf(o, " %s*", use(c, P_CHAR));
-        gstr_printf(o, " \"\\\"\" %s", use(c, P_WS));
-    }
-    if (e.oom) ok = sc_oom(c);
-    gstr_free(&e);
-    return ok;
-}
-
 /* ---- one schema ----------------------------------------------------------------------------- */
 static const char *const formats[][2] = {
     {"date", "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])"},
@@ -1044,7 +429,7 @@ static bool typed_string(sc *c, const gjson *s, gstr *o) {
                 gstr_puts(o, "\"\\\"\" ");
                 if (k == 2) gstr_printf(o, "%s \"T\" %s", formats[0][1], formats[1][1]);
                 else gstr_puts(o, formats[k][1]);
-                gstr_printf(o, " \"\\\"\" %s", use(c, P_WS));
+                gstr_printf(o, " \"\\\"\" %s", sc_use(c, P_WS));
                 return true;
             }
         return sc_fail(c, KVANT_ERR_UNSUPPORTED, "unsupported JSON Schema format '%.100s' (kvant knows date, time, "
@@ -1055,22 +440,22 @@ static bool typed_string(sc *c, const gjson *s, gstr *o) {
         if (has_mn || has_mx)
             return sc_fail(c, KVANT_ERR_UNSUPPORTED, "unsupported JSON Schema keyword '%s' beside 'pattern'",
                            has_mn ? "minLength" : "maxLength");
-        return pattern_body(c, pat->str, pat->len, o);
+        return schema_pattern_body(c, pat->str, pat->len, o);
     }
     if (!has_mn && !has_mx) {
-        gstr_puts(o, use(c, P_STRING));
+        gstr_puts(o, sc_use(c, P_STRING));
         return true;
     }
-    gstr_printf(o, "\"\\\"\" %s", use(c, P_CHAR));
+    gstr_printf(o, "\"\\\"\" %s", sc_use(c, P_CHAR));
     if (has_mx) gstr_printf(o, "{%ld,%ld}", mn, mx);
     else gstr_printf(o, "{%ld,}", mn);
-    gstr_printf(o, " \"\\\"\" %s", use(c, P_WS));
+    gstr_printf(o, " \"\\\"\" %s", sc_use(c, P_WS));
     return true;
 }
 
 /* comma-separated repetition of item: "[" ws (items) "]" ws */
 static void array_of(sc *c, gstr *o, const char *item, long mn, long mx) {
-    const char *ws = use(c, P_WS);
+    const char *ws = sc_use(c, P_WS);
     gstr_printf(o, "\"[\" %s ", ws);
     if (mx == 0) {
     } else if (mn == 0) {
@@ -1113,7 +498,7 @@ static bool typed_array(sc *c, const gjson *s, const char *name, gstr *o) {
         long k = prefix->n;
         if (has_mx && mx < k) k = mx;
         if (mn > k) return sc_fail(c, KVANT_ERR_ARG, "'minItems' above the tuple's length");
-        const char *ws = use(c, P_WS);
+        const char *ws = sc_use(c, P_WS);
         gstr_printf(o, "\"[\" %s ", ws);
         int open = 0;
         for (long i = 0; i < k; i++) {
@@ -1135,7 +520,7 @@ static bool typed_array(sc *c, const gjson *s, const char *name, gstr *o) {
         array_of(c, o, "", 0, 0);
         return true;
     }
-    const char *item = items ? compile_sub(c, items, name, "item", "items") : use(c, P_VALUE);
+    const char *item = items ? compile_sub(c, items, name, "item", "items") : sc_use(c, P_VALUE);
     if (!item) return false;
     array_of(c, o, item, mn, mx);
     return true;
@@ -1144,7 +529,7 @@ static bool typed_array(sc *c, const gjson *s, const char *name, gstr *o) {
 static bool typed_object(sc *c, const gjson *s, const char *name, gstr *o) {
     const gjson *props = gjson_get(s, "properties"), *req = gjson_get(s, "required");
     const gjson *ap = gjson_get(s, "additionalProperties");
-    const char *ws = use(c, P_WS);
+    const char *ws = sc_use(c, P_WS);
     if (props && props->type != GJSON_OBJECT) return sc_fail(c, KVANT_ERR_ARG, "'properties' must be an object");
     if (req && req->type != GJSON_ARRAY) return sc_fail(c, KVANT_ERR_ARG, "'required' must be an array");
     if (ap && ap->type != GJSON_BOOL && ap->type != GJSON_OBJECT)
@@ -1161,9 +546,9 @@ static bool typed_object(sc *c, const gjson *s, const char *name, gstr *o) {
             return true;
         }
         const char *val = ap && ap->type == GJSON_OBJECT ? compile_sub(c, ap, name, "value", "additionalProperties")
-                                                         : use(c, P_VALUE);
+                                                         : sc_use(c, P_VALUE);
         if (!val) return false;
-        const char *str = use(c, P_STRING);
+        const char *str = sc_use(c, P_STRING);
         gstr_printf(o, "\"{\" %s (%s \":\" %s %s (\",\" %s %s \":\" %s %s)*)? \"}\" %s", ws, str, ws, val, ws, str,
                     ws, val, ws);
         return true;
@@ -1250,20 +635,20 @@ static bool typed_object(sc *c, const gjson *s, const char *name, gstr *o) {
 }
 
 static bool typed(sc *c, const gjson *s, const char *type, const char *name, gstr *o) {
-    if (!strcmp(type, "null")) gstr_puts(o, use(c, P_NULL));
-    else if (!strcmp(type, "boolean")) gstr_puts(o, use(c, P_BOOLEAN));
+    if (!strcmp(type, "null")) gstr_puts(o, sc_use(c, P_NULL));
+    else if (!strcmp(type, "boolean")) gstr_puts(o, sc_use(c, P_BOOLEAN));
     else if (!strcmp(type, "integer")) {
         if (gjson_get(s, "minimum") || gjson_get(s, "maximum") || gjson_get(s, "exclusiveMinimum") ||
             gjson_get(s, "exclusiveMaximum"))
-            return int_range(c, s, o);
-        gstr_puts(o, use(c, P_INTEGER));
+            return schema_int_range(c, s, o);
+        gstr_puts(o, sc_use(c, P_INTEGER));
     } else if (!strcmp(type, "number")) {
         static const char *const b[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
         for (int k = 0; k < 4; k++)
             if (gjson_get(s, b[k]))
                 return sc_fail(c, KVANT_ERR_UNSUPPORTED, "unsupported JSON Schema keyword '%s' for type 'number' "
                                                          "(kvant bounds integers only)", b[k]);
-        gstr_puts(o, use(c, P_NUMBER));
+        gstr_puts(o, sc_use(c, P_NUMBER));
     } else if (!strcmp(type, "string")) return typed_string(c, s, o);
     else if (!strcmp(type, "array")) return typed_array(c, s, name, o);
     else if (!strcmp(type, "object")) return typed_object(c, s, name, o);
@@ -1288,7 +673,7 @@ static const char *infer_type(const gjson *s) {
 static bool compile_body(sc *c, const gjson *s, const char *name, gstr *o) {
     if (s->type == GJSON_BOOL) {
         if (!s->b) return sc_fail(c, KVANT_ERR_ARG, "the schema false matches nothing");
-        gstr_puts(o, use(c, P_VALUE));
+        gstr_puts(o, sc_use(c, P_VALUE));
         return true;
     }
     if (s->type != GJSON_OBJECT) return sc_fail(c, KVANT_ERR_ARG, "a schema must be an object or a boolean");
@@ -1344,7 +729,7 @@ static bool compile_body(sc *c, const gjson *s, const char *name, gstr *o) {
     if (!t) {
         const char *it = infer_type(s);
         if (!it) {
-            gstr_puts(o, use(c, P_VALUE));
+            gstr_puts(o, sc_use(c, P_VALUE));
             return true;
         }
         return typed(c, s, it, name, o);
@@ -1400,10 +785,10 @@ static const char *compile_sub(sc *c, const gjson *s, const char *parent, const 
             } m[] = {{"string", P_STRING}, {"number", P_NUMBER}, {"integer", P_INTEGER}, {"boolean", P_BOOLEAN},
                      {"null", P_NULL},     {"object", P_OBJECT}, {"array", P_ARRAY}};
             for (size_t k = 0; k < sizeof m / sizeof *m; k++)
-                if (!strcmp(t->str, m[k].t)) r = use(c, m[k].p);
+                if (!strcmp(t->str, m[k].t)) r = sc_use(c, m[k].p);
         }
     } else if (s->type == GJSON_BOOL && s->b) {
-        r = use(c, P_VALUE);
+        r = sc_use(c, P_VALUE);
     }
     if (!r) {
         const char *name = child_name(c, parent, hint);
@@ -1448,7 +833,7 @@ char *grammar_schema_to_gbnf(const char *schema_json, size_t len, kvant_status *
         if (doc) ok = compile_rule(&c, doc, root);
         else {
             gstr b = {0};
-            gstr_puts(&b, use(&c, P_VALUE));
+            gstr_puts(&b, sc_use(&c, P_VALUE));
             emit_rule(&c, root, &b);
             gstr_free(&b);
         }
