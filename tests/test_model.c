@@ -283,6 +283,7 @@ static void test_llamacpp_logits(void **state) {
 #endif
 #endif
 
+#ifndef KVANT_TEST_NO_RLIMIT
 static const char *hostile_config(int n_expert) {
     gguf_writer *w = gguf_writer_new();
     gguf_writer_add_str(w, "general.architecture", "llama");
@@ -304,6 +305,7 @@ static const char *hostile_config(int n_expert) {
     gguf_writer_free(w);
     return path;
 }
+#endif
 
 static void test_hostile_config_allocates_little(void **state) {
     (void)state;

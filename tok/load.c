@@ -132,7 +132,7 @@ static void eog_find(tok *t, const gguf_ctx *g) {
     static const char *const texts[] = {
         "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
         "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
-        "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+        "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", ("<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"), /* DeepSeek's; split: \x9c then 'e' */
         "[e~["};
     for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) eog_add(t, text_id(t, texts[i]));
     eog_add(t, t->eos);
@@ -188,7 +188,7 @@ static void adjust_types(tok *t, const gguf_ctx *g) {
         "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
         "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
         "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-        "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~[", NULL,
+        ("<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"), /* DeepSeek's; split: \x9c then 'e' */ "[e~[", NULL,
     };
     static const struct {
         const char *key, *key2;
