@@ -425,6 +425,12 @@ static bool parse_tensor_info(reader *r, gguf_ctx *g, int64_t i, gguf_tensor *t)
     const kern_type_traits *tt = kern_type_get((int)type);
     if (type > INT32_MAX || !tt) return rfail(r, KVANT_ERR_FORMAT, "unknown tensor type %" PRIu32, type), false;
     t->type = (int)type;
+    /* every type stores an element in at least 2 bits, so a row longer than
+     * 4 elements per byte of the file cannot be in it; refused before the
+     * row-size formulas (n * bits for the PTQ types) can overflow */
+    if ((uint64_t)t->ne[0] / 4 > (uint64_t)r->size)
+        return rfail(r, KVANT_ERR_FORMAT, "row length ne[0] = %" PRId64 " cannot fit in a file of %zu bytes", t->ne[0],
+                     r->size), false;
     if (t->ne[0] % tt->block_size)
         return rfail(r, KVANT_ERR_FORMAT, "row length ne[0] = %" PRId64 " is not a multiple of the %s block size %" PRId64,
                      t->ne[0], tt->name, tt->block_size), false;

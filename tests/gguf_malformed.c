@@ -214,8 +214,8 @@ static void patch_cases(gen *g, const uint8_t *base, size_t n) {
         put64(b + tc + 4, 1ull << 32); /* 2^32 x 2^32 elements */
         put64(b + tc + 12, 1ull << 32);
         emit(g, "ne_count_overflow.gguf", "element count overflows 63 bits", b, n);
-        put64(b + tc + 4, 1ull << 31); /* 2^62 elements, 2^64 bytes */
-        put64(b + tc + 12, 1ull << 31);
+        put64(b + tc + 4, 4);          /* 2^62 elements, 2^64 bytes (a short row: */
+        put64(b + tc + 12, 1ull << 60); /* a row longer than the file is refused first) */
         emit(g, "ne_bytes_overflow.gguf", "size in bytes", b, n);
         free(b);
     }

@@ -937,6 +937,34 @@ static void test_huge_counts_refused_early(void **state) {
     expect_refused_early(&r, "nested");
 }
 
+/* a row of 2^62 (or 5e18) elements in a file of 100 bytes, for every tensor type: refused as not fitting
+ * the file before the row-size formulas run (the fuzzer's fuzz/corpus/gguf/regress-ptq-row-bytes-overflow:
+ * a PTQ type's n * bits overflowed int64, undefined behaviour under UBSan) */
+static void test_huge_row_refused_every_type(void **state) {
+    (void)state;
+    static const uint64_t rows[] = {1ull << 62, 5067956955675385872ull};
+    int checked = 0;
+    for (int type = 0; type < KT_KVANT_END; type++) {
+        if (!kern_type_get(type)) continue;
+        for (size_t k = 0; k < sizeof rows / sizeof *rows; k++) {
+            rawbuf r = {.n = 0};
+            raw_header(&r, 1, 0);
+            raw_str(&r, "t");
+            raw_u32(&r, 1);
+            raw_u64(&r, rows[k]);
+            raw_u32(&r, (uint32_t)type);
+            raw_u64(&r, 0);
+            raw_zeros(&r, 48);
+            kvant_status st = {0};
+            assert_null(gguf_open_mem(r.b, r.n, "row.gguf", &st));
+            if (st.code != KVANT_ERR_FORMAT || !strstr(st.msg, "cannot fit in a file"))
+                fail_msg("type %d, row %llu: %s", type, (unsigned long long)rows[k], st.msg);
+            checked++;
+        }
+    }
+    assert_true(checked > 60);
+}
+
 /* two tensors whose data overlap are refused: with disjoint extents the tensors' bytes sum to at most the
  * file's size, which bounds what is sized by them (converted vectors, repacked matrices) */
 static void test_overlapping_tensors_refused(void **state) {
@@ -991,6 +1019,7 @@ int main(void) {
         cmocka_unit_test(test_every_prefix_fails),
         cmocka_unit_test(test_random_corruption),
         cmocka_unit_test(test_huge_counts_refused_early),
+        cmocka_unit_test(test_huge_row_refused_every_type),
         cmocka_unit_test(test_overlapping_tensors_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
