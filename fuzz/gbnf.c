@@ -25,16 +25,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    const uint8_t *nul = memchr(data, 0, size);
-    const size_t glen = nul ? (size_t)(nul - data) : size;
-    kvant_status st = {0};
-    grammar *g = grammar_from_gbnf((const char *)data, glen, &st);
-    if (!g) {
-        if (st.code == KVANT_OK || !st.msg[0]) abort(); /* a refusal says why */
-        return 0;
-    }
-    if (grammar_n_rules(g) <= 0) abort();
-    fz_drive(g, nul ? nul + 1 : NULL, nul ? size - glen - 1 : 0);
-    grammar_free(g);
+    size_t len;
+    fz_compile_and_drive(data, size, grammar_from_gbnf, &len);
     return 0;
 }

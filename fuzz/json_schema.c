@@ -23,16 +23,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    const uint8_t *nul = memchr(data, 0, size);
-    const size_t slen = nul ? (size_t)(nul - data) : size;
+    size_t slen;
+    if (!fz_compile_and_drive(data, size, grammar_from_json_schema, &slen)) return 0;
     kvant_status st = {0};
-    grammar *g = grammar_from_json_schema((const char *)data, slen, &st);
-    if (!g) {
-        if (st.code == KVANT_OK || !st.msg[0]) abort(); /* a refusal says why */
-        return 0;
-    }
-    fz_drive(g, nul ? nul + 1 : NULL, nul ? size - slen - 1 : 0);
-    grammar_free(g);
     /* the same schema as GBNF text, compiled again (as a user who edits it would) */
     char *gbnf = grammar_schema_to_gbnf((const char *)data, slen, &st);
     if (gbnf) {
