@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/ptq.h"
 #include "kernels/quants.h"
 #include "kernels/repack.h"
 
@@ -139,6 +140,10 @@ static_assert(offsetof(block_q2_K, qs) == 16 && offsetof(block_q2_K, d) == 80 &&
 static_assert(offsetof(block_q6_K, qh) == 128 && offsetof(block_q6_K, scales) == 192 && offsetof(block_q6_K, d) == 208,
               "block_q6_K layout");
 
+/* every PTQ type: Q8_0 activations with the block sums; its layout and
+ * tile are kernels/repack_ptq.c's (the fields are not used) */
+static const pack_desc PTQ_DESC = {-1, KT_Q8_0, 32, 0, 1, 0, {{0, 0, 0, 0}}, NULL, NULL};
+
 static const pack_desc *desc_of(int wtype) {
     for (size_t i = 0; i < sizeof DESCS / sizeof *DESCS; i++)
         if (DESCS[i].wtype == wtype) return &DESCS[i];
@@ -146,10 +151,11 @@ static const pack_desc *desc_of(int wtype) {
 }
 
 /* F16 has its own layout and tile (kernels/repack_f16.c); these entry points route it there */
-bool kern_pack_supported(int wtype) { return wtype == KT_F16 || desc_of(wtype) != NULL; }
+bool kern_pack_supported(int wtype) { return wtype == KT_F16 || kern_ptq_is(wtype) || desc_of(wtype) != NULL; }
 
 bool kern_pack_fits(int wtype, int64_t K) {
     if (wtype == KT_F16) return K > 0;
+    if (kern_ptq_is(wtype)) return kern_pack_ptq_fits(wtype, K);
     const pack_desc *D = desc_of(wtype);
     return D && K > 0 && K % D->qk == 0;
 }
@@ -158,6 +164,7 @@ static int64_t n_groups(int64_t N) { return (N + KERN_PACK_ROWS - 1) / KERN_PACK
 
 size_t kern_pack_bytes(int wtype, int64_t N, int64_t K) {
     if (wtype == KT_F16) return kern_pack_f16_bytes(N, K);
+    if (kern_ptq_is(wtype)) return kern_pack_ptq_bytes(wtype, N, K);
     const pack_desc *D = desc_of(wtype);
     CORE_ASSERT(D && K % D->qk == 0);
     return (size_t)n_groups(N) * (size_t)(K / D->qk) * D->xb;
@@ -166,6 +173,10 @@ size_t kern_pack_bytes(int wtype, int64_t N, int64_t K) {
 void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1) {
     if (wtype == KT_F16) {
         kern_pack_f16(W, N, K, dst, g0, g1);
+        return;
+    }
+    if (kern_ptq_is(wtype)) {
+        kern_pack_ptq(W, wtype, N, K, dst, g0, g1);
         return;
     }
     const pack_desc *D = desc_of(wtype);
@@ -200,6 +211,11 @@ void kern_unpack_row(const void *P, int wtype, int64_t N, int64_t K, int64_t n, 
     if (wtype == KT_F16) {
         CORE_ASSERT(n >= 0 && n < N);
         kern_unpack_f16_row(P, K, n, rowp);
+        return;
+    }
+    if (kern_ptq_is(wtype)) {
+        CORE_ASSERT(n >= 0 && n < N);
+        kern_unpack_ptq_row(P, wtype, K, n, rowp);
         return;
     }
     const pack_desc *D = desc_of(wtype);
@@ -331,6 +347,10 @@ static void tile_ref(const pack_desc *D, int64_t nb, int C, float *y, size_t ldy
 /* ---- driver -------------------------------------------------------------------------- */
 typedef struct {
     const pack_desc *D;
+    int wtype;
+    size_t gbytes;          /* packed bytes of one group of 8 rows */
+    int64_t ns;             /* PTQ: sub-blocks per header (kernels/repack_ptq.c) */
+    kern_pack_ptq_tile_fn ptile; /* PTQ: NULL, the plain-C spec */
     kern_pack_tile_fn tile; /* NULL: tile_ref */
     const uint8_t *a;       /* T activation rows (D->atype) */
     const float *ad;        /* T x nb scales */
@@ -346,9 +366,12 @@ typedef struct {
 /* one group of matrix o against activation rows t0 .. t0+C-1 */
 static void group_tile(const pack_job *j, const kern_packed_out *o, int64_t g, int t0, int C, float *y, size_t ldy) {
     const size_t bn = (size_t)j->nb;
-    const uint8_t *w = (const uint8_t *)o->P + (size_t)g * (size_t)j->nb * j->D->xb;
+    const uint8_t *w = (const uint8_t *)o->P + (size_t)g * j->gbytes;
     const uint8_t *a = j->a + (size_t)t0 * j->ba;
-    if (j->tile)
+    if (j->D == &PTQ_DESC) {
+        if (j->ptile) j->ptile(j->nb, j->ns, C, y, ldy, w, a, j->ba, j->ad + (size_t)t0 * bn, j->as + (size_t)t0 * bn, bn);
+        else kern_pack_ptq_tile_ref(j->wtype, j->nb, j->ns, C, y, ldy, w, a, j->ba);
+    } else if (j->tile)
         j->tile(j->nb, C, y, ldy, w, a, j->ba, j->ad + (size_t)t0 * bn, j->as + (size_t)t0 * bn * (size_t)j->D->n_ax, bn);
     else tile_ref(j->D, j->nb, C, y, ldy, w, a, j->ba);
 }
@@ -463,13 +486,16 @@ static void prep_acts(core_pool *pool, const pack_desc *D, const kern_from_float
 
 /* ref: one thread, the plain-C tile (or `tile` when not NULL), the _ref quantizers */
 static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out *out, int n_out, const float *x, int T,
-                int64_t K, bool ref, kern_pack_tile_fn tile) {
-    const pack_desc *D = desc_of(wtype);
+                int64_t K, bool ref, kern_pack_tile_fn tile, kern_pack_ptq_tile_fn ptile) {
+    const bool ptq = kern_ptq_is(wtype);
+    const pack_desc *D = ptq ? &PTQ_DESC : desc_of(wtype);
     CORE_ASSERT(D && K % D->qk == 0 && T >= 1 && n_out >= 1 && n_out <= KERN_PACK_MAX_OUT);
     const size_t nbT = (size_t)T * (size_t)(K / D->qk);
     CORE_ASSERT(up64(nbT * kern_type_get(D->atype)->type_size) + up64(nbT * 4) + nbT * 4 * (size_t)D->n_ax <=
                 kern_matmul_scratch_bytes(T, K));
-    pack_job j = {.D = D, .T = T, .n_out = n_out, .nb = K / D->qk, .out = out};
+    pack_job j = {.D = D, .wtype = wtype, .gbytes = kern_pack_bytes(wtype, KERN_PACK_ROWS, K), .T = T,
+                  .n_out = n_out, .nb = K / D->qk, .out = out};
+    if (ptq) j.ns = kern_pack_ptq_ns(wtype, K);
     atomic_init(&j.next, 0);
     double work = 0;
     for (int i = 0; i < n_out; i++) {
@@ -477,9 +503,12 @@ static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out
         work += (double)out[i].N * (double)K * T;
     }
     j.tile = tile;
+    j.ptile = ptile;
 #if PACK_X86
-    if (!ref && kern_active_tier() >= KERN_TIER_AVX512) j.tile = kern_pack_tile_avx512(wtype);
-    if (!ref && !j.tile && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
+    if (!ref && ptq && kern_active_tier() >= KERN_TIER_AVX512) j.ptile = kern_pack_ptq_tile_avx512(wtype);
+    if (!ref && ptq && !j.ptile && kern_active_tier() >= KERN_TIER_AVX2) j.ptile = kern_pack_ptq_tile_avx2(wtype);
+    if (!ref && !ptq && kern_active_tier() >= KERN_TIER_AVX512) j.tile = kern_pack_tile_avx512(wtype);
+    if (!ref && !ptq && !j.tile && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
 #endif
     /* the quantizers give the _ref bytes at every tier: Q8_0's and Q8_1's
      * (tests/test_tiers.c), Q8_K's AVX2 one here (tests/test_repack.c) */
@@ -503,7 +532,7 @@ void kern_matmul_packed_n(core_pool *pool, void *scratch, int wtype, const kern_
                           const float *x, int T, int64_t K) {
     if (wtype == KT_F16) /* F16 rounds the activations in its own prep; one call each */
         for (int i = 0; i < n_out; i++) kern_matmul_packed_f16(pool, scratch, out[i].P, x, out[i].y, T, out[i].N, K);
-    else run(pool, scratch, wtype, out, n_out, x, T, K, false, NULL);
+    else run(pool, scratch, wtype, out, n_out, x, T, K, false, NULL, NULL);
 }
 
 void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, int T, int64_t N, int64_t K) {
@@ -514,7 +543,7 @@ void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, 
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     CORE_ASSERT(scratch);
     const kern_packed_out o = {P, N, y};
-    run(NULL, scratch, wtype, &o, 1, x, T, K, true, NULL);
+    run(NULL, scratch, wtype, &o, 1, x, T, K, true, NULL, NULL);
     free(scratch);
 }
 
@@ -524,6 +553,16 @@ void kern_matmul_packed_tile(kern_pack_tile_fn tile, const void *P, int wtype, c
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     CORE_ASSERT(scratch);
     const kern_packed_out o = {P, N, y};
-    run(NULL, scratch, wtype, &o, 1, x, T, K, true, tile);
+    run(NULL, scratch, wtype, &o, 1, x, T, K, true, tile, NULL);
+    free(scratch);
+}
+
+void kern_matmul_packed_ptq_tile(kern_pack_ptq_tile_fn tile, const void *P, int wtype, const float *x, float *y,
+                                 int T, int64_t N, int64_t K) {
+    CORE_ASSERT(tile && kern_ptq_is(wtype));
+    void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
+    CORE_ASSERT(scratch);
+    const kern_packed_out o = {P, N, y};
+    run(NULL, scratch, wtype, &o, 1, x, T, K, true, NULL, tile);
     free(scratch);
 }

@@ -100,7 +100,8 @@
 
 #define KERN_PACK_ROWS 8
 
-/* true if wtype has a packed layout (F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q6_K) */
+/* true if wtype has a packed layout (F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q6_K, and
+ * kvant's PTQ types, kernels/repack_ptq.c) */
 bool kern_pack_supported(int wtype);
 /* true if rows of K elements of wtype can be packed (K a multiple of its block) */
 bool kern_pack_fits(int wtype, int64_t K);
@@ -171,5 +172,26 @@ void kern_matmul_packed_f16_ref(const void *P, const float *x, float *y, int T, 
 typedef void (*kern_pack_f16_tile_fn)(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w,
                                       const float *a, size_t ba);
 kern_pack_f16_tile_fn kern_pack_f16_tile_avx2(void);
+
+/* ---- private to kernels/: kvant's PTQ types (kernels/repack_ptq.c: layout
+ * and spec), reached through the entry points above.  Q8_0 activations
+ * with the Q4_0 extras (the block sums); a header (d, and z for zero-point)
+ * every ns sub-blocks of 32 (ns = G / 32, or K / 32 for per-row types, which
+ * pack only when K % 32 == 0). */
+bool kern_pack_ptq_fits(int t, int64_t K);
+int64_t kern_pack_ptq_ns(int t, int64_t K);
+size_t kern_pack_ptq_bytes(int t, int64_t N, int64_t K);
+void kern_pack_ptq(const void *W, int t, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1);
+void kern_unpack_ptq_row(const void *P, int t, int64_t K, int64_t n, void *row);
+/* kern_pack_tile_fn with the header period ns */
+typedef void (*kern_pack_ptq_tile_fn)(int64_t nb, int64_t ns, int C, float *y, size_t ldy, const uint8_t *w,
+                                      const uint8_t *a, size_t ba, const float *ad, const int32_t *as, size_t bn);
+void kern_pack_ptq_tile_ref(int t, int64_t nb, int64_t ns, int C, float *y, size_t ldy, const uint8_t *w,
+                            const uint8_t *a, size_t ba);
+kern_pack_ptq_tile_fn kern_pack_ptq_tile_avx2(int t);
+kern_pack_ptq_tile_fn kern_pack_ptq_tile_avx512(int t);
+/* For tests: kern_matmul_packed_tile for a PTQ type */
+void kern_matmul_packed_ptq_tile(kern_pack_ptq_tile_fn tile, const void *P, int wtype, const float *x, float *y,
+                                 int T, int64_t N, int64_t K);
 
 #endif

@@ -391,3 +391,13 @@ kern_pack_tile_fn kern_pack_tile_avx2(int wtype) {
     default: return NULL;
     }
 }
+
+/* kvant's PTQ types (kernels/repack_ptq.c): the shared tile, vpmaddubsw dots */
+#define PTQ_VNNI 0
+#include "kernels/ptq.h"
+#include "kernels/repack_ptq_tile.h"
+
+kern_pack_ptq_tile_fn kern_pack_ptq_tile_avx2(int wtype) {
+    int scheme, bits, gran;
+    return kern_ptq_decode(wtype, &scheme, &bits, &gran) ? ptq_tile_of(bits, scheme == KERN_PTQ_ZEROPOINT) : NULL;
+}

@@ -39,6 +39,8 @@ AI __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
 }
 #define kern_pack_tile_avx512 kern_pack_tile_avx512_emulated
 kern_pack_tile_fn kern_pack_tile_avx512_emulated(int wtype); /* test_repack declares it too */
+#define kern_pack_ptq_tile_avx512 kern_pack_ptq_tile_avx512_emulated
+kern_pack_ptq_tile_fn kern_pack_ptq_tile_avx512_emulated(int wtype); /* and test_repack_ptq */
 #else
 AI __m256i dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
 #endif
@@ -135,6 +137,16 @@ kern_pack_tile_fn kern_pack_tile_avx512(int wtype) {
     case KT_Q5_K: return tile_q5_k;
     default: return NULL; /* Q2_K, Q3_K, Q6_K: the AVX2 tile */
     }
+}
+
+/* kvant's PTQ types (kernels/repack_ptq.c): the shared tile, vpdpbusd dots */
+#define PTQ_VNNI 1
+#include "kernels/ptq.h"
+#include "kernels/repack_ptq_tile.h"
+
+kern_pack_ptq_tile_fn kern_pack_ptq_tile_avx512(int wtype) {
+    int scheme, bits, gran;
+    return kern_ptq_decode(wtype, &scheme, &bits, &gran) ? ptq_tile_of(bits, scheme == KERN_PTQ_ZEROPOINT) : NULL;
 }
 #else
 typedef int repack_avx512_unused; /* not an x86-64 build: nothing here */
