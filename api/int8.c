@@ -1,11 +1,14 @@
 /* int8.c - the public INT8 API (include/kvant_compress.h): LLM.int8, SmoothQuant
  * W8A8 and the outlier report, over compress/int8.h. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/api.h"
 #include "compress/int8.h"
+#include "format/gguf.h"
+#include "kernels/w8a8.h"
 
 struct kvant_int8 {
     kvant_model *km;
@@ -289,4 +292,113 @@ void kvant_outlier_report_free(kvant_outlier_report *r) {
     free(r->token_share);
     free(r->is_outlier);
     memset(r, 0, sizeof *r);
+}
+
+/* ---- a stored W8A8 file --------------------------------------------------------
+ * The input GGUF's metadata and tensors, with each layer's seven matrices as
+ * W8A8 rows (the int8_mat bytes: the scale, then the K int8 of the row) and,
+ * after SmoothQuant, the folded norms (and wv rows / wo columns: they are in
+ * the int8 matrices already).  Everything else is copied as it is. */
+static const char *const k_mm_names[7] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+
+/* layer and matrix of "blk.L.NAME.weight", or false */
+static bool layer_mat(const char *name, int n_layers, int *layer, int *mm, bool *norm_attn, bool *norm_ffn) {
+    int l, off = 0;
+    *mm = -1;
+    *norm_attn = *norm_ffn = false;
+    if (sscanf(name, "blk.%d.%n", &l, &off) != 1 || off == 0 || l < 0 || l >= n_layers) return false;
+    const char *rest = name + off;
+    *layer = l;
+    for (int i = 0; i < 7; i++) {
+        const size_t n = strlen(k_mm_names[i]);
+        if (!strncmp(rest, k_mm_names[i], n) && !strcmp(rest + n, ".weight")) *mm = i;
+    }
+    *norm_attn = !strcmp(rest, "attn_norm.weight");
+    *norm_ffn = !strcmp(rest, "ffn_norm.weight");
+    return *mm >= 0 || *norm_attn || *norm_ffn;
+}
+
+kvant_code kvant_int8_save(const kvant_int8 *q, const char *in_path, const char *out_path, kvant_status *st) {
+    if (!q->q || q->q->mode != INT8_W8A8)
+        return core_fail(st, KVANT_ERR_UNSUPPORTED, "only W8A8 (with or without SmoothQuant) can be saved as a file");
+    const model *m = q->m;
+    const int L = m->cfg.n_layers;
+    gguf_ctx *g = gguf_open(in_path, st);
+    if (!g) return st->code;
+    gguf_writer *w = gguf_writer_new();
+    kvant_code rc = w ? KVANT_OK : core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+    int *seen = calloc((size_t)L * 7, sizeof *seen);
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    if (!rc && !seen) rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; !rc && i < gguf_n_kv(g); i++) {
+        const char *key = gguf_kv_key(g, i);
+        if (!strcmp(key, "general.file_type") || !strcmp(key, "general.alignment") || !strncmp(key, "kvant.int8.", 11))
+            continue;
+        gguf_writer_add_value(w, key, gguf_kv_value(g, i));
+    }
+    for (int64_t i = 0; !rc && i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        int l = 0, mm = -1;
+        bool na = false, nf = false;
+        if (!layer_mat(t->name, L, &l, &mm, &na, &nf)) {
+            rc = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, st);
+            continue;
+        }
+        if (na || nf) { /* the folded norm (the same values without SmoothQuant) */
+            const float *v = na ? m->layers[l].attn_norm : m->layers[l].ffn_norm;
+            if (t->n_dims != 1 || t->ne[0] != m->cfg.dim || !v) {
+                rc = core_fail(st, KVANT_ERR_FORMAT, "%s: not the model's norm of %d", t->name, m->cfg.dim);
+                break;
+            }
+            rc = gguf_writer_add_tensor(w, t->name, KT_F32, 1, t->ne, v, st);
+            continue;
+        }
+        const int8_mat *M = &q->q->mats[(size_t)l * 7 + (size_t)mm];
+        if (t->n_dims != 2 || t->ne[0] != M->K || t->ne[1] != M->N) {
+            rc = core_fail(st, KVANT_ERR_FORMAT, "%s: %lld x %lld does not match the model's matrix", t->name,
+                           (long long)t->ne[1], (long long)t->ne[0]);
+            break;
+        }
+        const size_t rb = kern_row_bytes(KT_W8A8, M->K), need = rb * (size_t)M->N;
+        if (!rb) {
+            rc = core_fail(st, KVANT_ERR_UNSUPPORTED, "%s: rows of %lld are too long for W8A8", t->name, (long long)M->K);
+            break;
+        }
+        if (need > cap) {
+            free(buf);
+            cap = need;
+            if (!(buf = malloc(cap))) {
+                rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+                break;
+            }
+        }
+        for (int64_t n = 0; n < M->N; n++) {
+            memcpy(buf + (size_t)n * rb, &M->s[n], 4);
+            memcpy(buf + (size_t)n * rb + 4, M->q + (size_t)n * (size_t)M->Kp, (size_t)M->K);
+        }
+        rc = gguf_writer_add_tensor(w, t->name, KT_W8A8, 2, t->ne, buf, st);
+        seen[(size_t)l * 7 + (size_t)mm] = 1;
+    }
+    /* every layer's seven matrices must have been stored separately: a fused
+     * tensor (attn_qkv, gate_up) would keep weights the norms no longer match */
+    for (int i = 0; !rc && i < L * 7; i++)
+        if (!seen[i])
+            rc = core_fail(st, KVANT_ERR_UNSUPPORTED, "blk.%d.%s.weight not in %s (fused or missing): W8A8 files need "
+                           "the seven matrices of every layer as separate tensors", i / 7, k_mm_names[i % 7], in_path);
+    if (!rc) {
+        gguf_writer_add_str(w, "kvant.int8.scheme", "w8a8");
+        gguf_writer_add_bool(w, "kvant.int8.smoothquant", q->folded != NULL);
+        if (q->folded) {
+            gguf_writer_add_f32(w, "kvant.int8.alpha", q->alpha);
+            gguf_writer_add_f32(w, "kvant.int8.scale_min", (float)q->smin);
+            gguf_writer_add_f32(w, "kvant.int8.scale_max", (float)q->smax);
+        }
+        rc = gguf_writer_write_file(w, out_path, st);
+    }
+    free(buf);
+    free(seen);
+    gguf_writer_free(w);
+    gguf_close(g);
+    return rc;
 }

@@ -98,6 +98,10 @@ int cli_train_run(const char *cmd, kvant_train_params *p);
 bool cli_ptq_wanted(int argc, char **argv);
 void cli_ptq_help(void);
 int cmd_ptq_quantize(int argc, char **argv);
+/* W8A8 form of `kvant quantize` (cli/cmd_quantize_int8.c) */
+bool cli_int8_quantize_wanted(int argc, char **argv);
+void cli_int8_quantize_help(void);
+int cmd_int8_quantize(int argc, char **argv);
 int cmd_cliff(int argc, char **argv);
 int cmd_prune(int argc, char **argv);
 

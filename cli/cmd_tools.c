@@ -84,6 +84,7 @@ static void quantize_help(void) {
            "  -t N     threads (default: all CPUs)\n"
            "  -q       no per-tensor progress\n");
     cli_ptq_help();
+    cli_int8_quantize_help();
 }
 
 int cmd_quantize(int argc, char **argv) {
@@ -94,6 +95,7 @@ int cmd_quantize(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { quantize_help(); return CLI_OK; }
     if (cli_ptq_wanted(argc, argv)) return cmd_ptq_quantize(argc, argv);
+    if (cli_int8_quantize_wanted(argc, argv)) return cmd_int8_quantize(argc, argv);
     for (; a.i < argc && !a.error; a.i++) {
         if (cli_is(&a, "-h", "--help")) { quantize_help(); return CLI_OK; }
         else if (cli_is(&a, "--pure", NULL)) p.pure = true;

@@ -150,6 +150,13 @@ kvant_int8_params kvant_int8_default(void);
 kvant_int8 *kvant_int8_new(kvant_model *m, const kvant_int8_params *p, kvant_status *st);
 /* Every sequence given to kvant_seq_use_int8 must be freed first. */
 void kvant_int8_free(kvant_int8 *q);
+/* Writes a GGUF that runs q without conversion: in_path (the GGUF m was
+ * opened from) with every layer's seven matrices in the stored W8A8 type
+ * (1100: F32 scale per row + int8, kernels/w8a8.h) and, after SmoothQuant,
+ * the folded norms; the classifier and embeddings stay as they are;
+ * kvant.int8.* metadata.  W8A8 mode only (LLM.int8's outlier columns are
+ * chosen per batch at run time and have no stored form). */
+kvant_code kvant_int8_save(const kvant_int8 *q, const char *in_path, const char *out_path, kvant_status *st);
 /* The sequence's forward passes use q from now on (a fresh sequence of
  * q's model, or reset it first).  A kvant_seq_fork of it does not inherit
  * the INT8 matmuls: call this on the fork too. */

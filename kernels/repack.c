@@ -6,6 +6,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/ptq.h"
+#include "kernels/w8a8.h"
 #include "kernels/quants.h"
 #include "kernels/repack.h"
 
@@ -151,11 +152,12 @@ static const pack_desc *desc_of(int wtype) {
 }
 
 /* F16 has its own layout and tile (kernels/repack_f16.c); these entry points route it there */
-bool kern_pack_supported(int wtype) { return wtype == KT_F16 || kern_ptq_is(wtype) || desc_of(wtype) != NULL; }
+bool kern_pack_supported(int wtype) { return wtype == KT_F16 || wtype == KT_W8A8 || kern_ptq_is(wtype) || desc_of(wtype) != NULL; }
 
 bool kern_pack_fits(int wtype, int64_t K) {
     if (wtype == KT_F16) return K > 0;
     if (kern_ptq_is(wtype)) return kern_pack_ptq_fits(wtype, K);
+    if (wtype == KT_W8A8) return kern_pack_w8a8_fits(K);
     const pack_desc *D = desc_of(wtype);
     return D && K > 0 && K % D->qk == 0;
 }
@@ -165,6 +167,7 @@ static int64_t n_groups(int64_t N) { return (N + KERN_PACK_ROWS - 1) / KERN_PACK
 size_t kern_pack_bytes(int wtype, int64_t N, int64_t K) {
     if (wtype == KT_F16) return kern_pack_f16_bytes(N, K);
     if (kern_ptq_is(wtype)) return kern_pack_ptq_bytes(wtype, N, K);
+    if (wtype == KT_W8A8) return kern_pack_w8a8_bytes(N, K);
     const pack_desc *D = desc_of(wtype);
     CORE_ASSERT(D && K % D->qk == 0);
     return (size_t)n_groups(N) * (size_t)(K / D->qk) * D->xb;
@@ -177,6 +180,10 @@ void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_
     }
     if (kern_ptq_is(wtype)) {
         kern_pack_ptq(W, wtype, N, K, dst, g0, g1);
+        return;
+    }
+    if (wtype == KT_W8A8) {
+        kern_pack_w8a8(W, N, K, dst, g0, g1);
         return;
     }
     const pack_desc *D = desc_of(wtype);
@@ -216,6 +223,11 @@ void kern_unpack_row(const void *P, int wtype, int64_t N, int64_t K, int64_t n, 
     if (kern_ptq_is(wtype)) {
         CORE_ASSERT(n >= 0 && n < N);
         kern_unpack_ptq_row(P, wtype, K, n, rowp);
+        return;
+    }
+    if (wtype == KT_W8A8) {
+        CORE_ASSERT(n >= 0 && n < N);
+        kern_unpack_w8a8_row(P, K, n, rowp);
         return;
     }
     const pack_desc *D = desc_of(wtype);
@@ -532,12 +544,17 @@ void kern_matmul_packed_n(core_pool *pool, void *scratch, int wtype, const kern_
                           const float *x, int T, int64_t K) {
     if (wtype == KT_F16) /* F16 rounds the activations in its own prep; one call each */
         for (int i = 0; i < n_out; i++) kern_matmul_packed_f16(pool, scratch, out[i].P, x, out[i].y, T, out[i].N, K);
+    else if (wtype == KT_W8A8) kern_matmul_packed_w8a8_n(pool, scratch, out, n_out, x, T, K);
     else run(pool, scratch, wtype, out, n_out, x, T, K, false, NULL, NULL);
 }
 
 void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, int T, int64_t N, int64_t K) {
     if (wtype == KT_F16) {
         kern_matmul_packed_f16_ref(P, x, y, T, N, K);
+        return;
+    }
+    if (wtype == KT_W8A8) {
+        kern_matmul_packed_w8a8_tile(NULL, P, x, y, T, N, K);
         return;
     }
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));

@@ -101,7 +101,7 @@
 #define KERN_PACK_ROWS 8
 
 /* true if wtype has a packed layout (F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q6_K, and
- * kvant's PTQ types, kernels/repack_ptq.c) */
+ * kvant's PTQ types, kernels/repack_ptq.c, and W8A8, kernels/repack_w8a8.c) */
 bool kern_pack_supported(int wtype);
 /* true if rows of K elements of wtype can be packed (K a multiple of its block) */
 bool kern_pack_fits(int wtype, int64_t K);
@@ -190,6 +190,24 @@ void kern_pack_ptq_tile_ref(int t, int64_t nb, int64_t ns, int C, float *y, size
                             const uint8_t *a, size_t ba);
 kern_pack_ptq_tile_fn kern_pack_ptq_tile_avx2(int t);
 kern_pack_ptq_tile_fn kern_pack_ptq_tile_avx512(int t);
+/* ---- private to kernels/: the stored W8A8 type (kernels/repack_w8a8.c), reached
+ * through the entry points above: per-token INT8 activations, any K */
+bool kern_pack_w8a8_fits(int64_t K);
+size_t kern_pack_w8a8_bytes(int64_t N, int64_t K);
+void kern_pack_w8a8(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1);
+void kern_unpack_w8a8_row(const void *P, int64_t K, int64_t n, void *row);
+void kern_matmul_packed_w8a8_n(core_pool *pool, void *scratch, const kern_packed_out *out, int n_out, const float *x,
+                               int T, int64_t K);
+/* y[c * ldy + r] for one group (8 rows) and C <= 4 tokens: x their int8 rows
+ * (4 nc bytes, ldx apart), sx their scales */
+typedef void (*kern_pack_w8a8_tile_fn)(int64_t nc, int C, float *y, size_t ldy, const uint8_t *w, const int8_t *x,
+                                       size_t ldx, const float *sx);
+kern_pack_w8a8_tile_fn kern_pack_w8a8_tile_avx2(void);
+kern_pack_w8a8_tile_fn kern_pack_w8a8_tile_avx512(void);
+/* For tests: one thread with this tile (NULL: the plain-C spec) */
+void kern_matmul_packed_w8a8_tile(kern_pack_w8a8_tile_fn tile, const void *P, const float *x, float *y, int T,
+                                  int64_t N, int64_t K);
+
 /* For tests: kern_matmul_packed_tile for a PTQ type */
 void kern_matmul_packed_ptq_tile(kern_pack_ptq_tile_fn tile, const void *P, int wtype, const float *x, float *y,
                                  int T, int64_t N, int64_t K);

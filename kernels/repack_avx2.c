@@ -401,3 +401,9 @@ kern_pack_ptq_tile_fn kern_pack_ptq_tile_avx2(int wtype) {
     int scheme, bits, gran;
     return kern_ptq_decode(wtype, &scheme, &bits, &gran) ? ptq_tile_of(bits, scheme == KERN_PTQ_ZEROPOINT) : NULL;
 }
+
+/* the stored W8A8 type (kernels/repack_w8a8.c) */
+#define W8_VNNI 0
+#include "kernels/repack_w8a8_tile.h"
+
+kern_pack_w8a8_tile_fn kern_pack_w8a8_tile_avx2(void) { return tile_w8a8; }

@@ -40,6 +40,8 @@ AI __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
 #define kern_pack_tile_avx512 kern_pack_tile_avx512_emulated
 kern_pack_tile_fn kern_pack_tile_avx512_emulated(int wtype); /* test_repack declares it too */
 #define kern_pack_ptq_tile_avx512 kern_pack_ptq_tile_avx512_emulated
+#define kern_pack_w8a8_tile_avx512 kern_pack_w8a8_tile_avx512_emulated
+kern_pack_w8a8_tile_fn kern_pack_w8a8_tile_avx512_emulated(void);
 kern_pack_ptq_tile_fn kern_pack_ptq_tile_avx512_emulated(int wtype); /* and test_repack_ptq */
 #else
 AI __m256i dpbusd(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
@@ -148,6 +150,11 @@ kern_pack_ptq_tile_fn kern_pack_ptq_tile_avx512(int wtype) {
     int scheme, bits, gran;
     return kern_ptq_decode(wtype, &scheme, &bits, &gran) ? ptq_tile_of(bits, scheme == KERN_PTQ_ZEROPOINT) : NULL;
 }
+/* the stored W8A8 type (kernels/repack_w8a8.c) */
+#define W8_VNNI 1
+#include "kernels/repack_w8a8_tile.h"
+
+kern_pack_w8a8_tile_fn kern_pack_w8a8_tile_avx512(void) { return tile_w8a8; }
 #else
 typedef int repack_avx512_unused; /* not an x86-64 build: nothing here */
 #endif

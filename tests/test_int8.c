@@ -399,6 +399,71 @@ static void test_ppl_int8(void **state) {
 }
 
 /* ---- the commands: exit codes and output that says the right thing ---------------- */
+/* logits of every position of toks on m (with q's INT8 matmuls when q) */
+static float *logits_of(kvant_model *m, kvant_int8 *q, const int32_t *toks, int n) {
+    kvant_status st;
+    kvant_model_info in;
+    kvant_model_get_info(m, &in);
+    float *l = malloc(sizeof(float) * (size_t)in.vocab_size * (size_t)n);
+    kvant_seq_params sp = kvant_seq_default();
+    sp.n_ctx = n;
+    kvant_seq *s = kvant_seq_new_ex(m, &sp, &st);
+    assert_non_null(s);
+    if (q) assert_int_equal(kvant_seq_use_int8(s, q, &st), KVANT_OK);
+    assert_int_equal(kvant_forward(s, toks, n, l, true, &st), KVANT_OK);
+    kvant_seq_free(s);
+    return l;
+}
+
+/* A stored W8A8 file (kvant_int8_save, GGUF type 1100) computes exactly what
+ * the conversion at load does: the same int8 rows and scales, the same
+ * per-token activation quantization and epilogue (kernels/w8a8.h), packed
+ * tiles instead of kern_i8_gemm.  Plain W8A8 and SmoothQuant (norms stored
+ * folded), logits bit-identical; LLM.int8 has no stored form. */
+static void test_w8a8_file(void **state) {
+    (void)state;
+    kvant_model *m = open_model();
+    size_t len;
+    char *text = read_file(shared_path("corpora/tinystories_val_subset.txt"), &len);
+    int32_t toks[2048];
+    const int n = kvant_tokenize(m, text, 600, true, toks, 2048);
+    assert_true(n > 64 && n < 512);
+    kvant_status st;
+    for (int smooth = 0; smooth < 2; smooth++) {
+        kvant_int8_params p = kvant_int8_default();
+        p.smooth = smooth;
+        p.calib_text = text + 100000;
+        p.calib_len = 20000;
+        p.calib_tokens = 1024;
+        kvant_int8 *q = kvant_int8_new(m, &p, &st);
+        assert_non_null(q);
+        char path[512];
+        snprintf(path, sizeof path, "%s/w8a8-%d.gguf", KVANT_TEST_TMP, smooth);
+        if (kvant_int8_save(q, shared_path("models/stories260K.gguf"), path, &st)) fail_msg("%s", st.msg);
+        kvant_model_params mp = {.n_threads = 2};
+        kvant_model *m2 = kvant_model_open(path, &mp, &st);
+        if (!m2) fail_msg("%s", st.msg);
+        kvant_model_info in;
+        kvant_model_get_info(m, &in);
+        float *a = logits_of(m, q, toks, n), *b = logits_of(m2, NULL, toks, n);
+        if (memcmp(a, b, sizeof(float) * (size_t)in.vocab_size * (size_t)n))
+            fail_msg("stored W8A8 file (smooth %d): logits differ from the conversion at load", smooth);
+        free(a);
+        free(b);
+        kvant_model_free(m2);
+        kvant_int8_free(q);
+    }
+    kvant_int8_params p = kvant_int8_default();
+    p.mode = KVANT_INT8_MIXED;
+    kvant_int8 *q = kvant_int8_new(m, &p, &st);
+    assert_non_null(q);
+    assert_int_equal(kvant_int8_save(q, shared_path("models/stories260K.gguf"), KVANT_TEST_TMP "/mixed.gguf", &st),
+                     KVANT_ERR_UNSUPPORTED);
+    kvant_int8_free(q);
+    free(text);
+    kvant_model_free(m);
+}
+
 static void test_cli(void **state) {
     (void)state;
     char cmd[2048];
@@ -443,7 +508,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_tiers),        cmocka_unit_test(test_quant_rows),
         cmocka_unit_test(test_mixed_vs_plain),    cmocka_unit_test(test_outlier_criterion),
         cmocka_unit_test(test_smooth_fold_f32),   cmocka_unit_test(test_ppl_int8),
-        cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_cli),               cmocka_unit_test(test_w8a8_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
