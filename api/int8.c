@@ -19,6 +19,8 @@ struct kvant_int8 {
     int n_ctxs, cap_ctxs;
     float alpha;
     double smin, smax;
+    int n_outl;             /* LLM.int8's hidden dims found at calibration (stored form) */
+    int32_t *outl;
 };
 
 kvant_int8_params kvant_int8_default(void) {
@@ -174,6 +176,24 @@ kvant_int8 *kvant_int8_new(kvant_model *km, const kvant_int8_params *p, kvant_st
         inj = NULL;
         q->m = q->folded;
     }
+    /* LLM.int8 with a calibration text: the hidden dims meeting its outlier
+     * criterion, the static set a stored file keeps in F16 (kvant_int8_save) */
+    if (mode == INT8_MIXED && p->calib_text) {
+        const kvant_outlier_params od = kvant_outlier_default();
+        const int ntok = p->calib_tokens > 0 ? p->calib_tokens : 4096;
+        int8_stats *os = int8_stats_new(c, p->threshold, ntok, st);
+        if (!os) goto fail;
+        calib_progress cp = {p->progress, p->user};
+        kvant_code orc = run_text(km, q->m, p->calib_text, p->calib_len, ntok, p->calib_ctx > 0 ? p->calib_ctx : 512,
+                                  int8_stats_tap, os, calib_cb, &cp, st);
+        if (!orc && !(q->outl = malloc(sizeof(int32_t) * (size_t)c->dim))) orc = core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+        for (int j = 0; !orc && j < c->dim; j++) {
+            double ls, ts;
+            if (int8_stats_outlier(os, j, od.min_layers, od.min_tokens, &ls, &ts)) q->outl[q->n_outl++] = j;
+        }
+        int8_stats_free(os);
+        if (orc) goto fail;
+    }
     if (p->progress) p->progress(p->user, "int8 weights", 0, 1);
     if (!(q->q = int8_model_new(q->m, mode, p->threshold, st))) goto fail;
     if (p->progress) p->progress(p->user, "int8 weights", 1, 1);
@@ -196,6 +216,7 @@ void kvant_int8_free(kvant_int8 *q) {
     free(q->ctxs);
     int8_model_free(q->q);
     smooth_model_free(q->folded);
+    free(q->outl);
     free(q);
 }
 
@@ -318,9 +339,52 @@ static bool layer_mat(const char *name, int n_layers, int *layer, int *mm, bool 
     return *mm >= 0 || *norm_attn || *norm_ffn;
 }
 
+/* layer l's matrix mm (model_mm_id order WQ..DOWN) */
+static const model_mat *mm_of(const model *m, int l, int mm) {
+    const model_layer *L = &m->layers[l];
+    const model_mat *const all[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    return all[mm];
+}
+
+/* t as LLM_INT8 rows from W's values (the int8 part quantized without the
+ * outlier columns, which are 0 there) and its two companions */
+static kvant_code add_llm_int8(gguf_writer *w, const gguf_tensor *t, const model_mat *W, const int32_t *cols, int n_o,
+                               kvant_status *st) {
+    const int64_t N = W->rows, K = W->cols;
+    const size_t rb = kern_row_bytes(KT_LLM_INT8, K);
+    const kern_type_traits *tt = kern_type_get(W->type);
+    const size_t wrb = kern_row_bytes(W->type, K);
+    uint8_t *rows = malloc(rb * (size_t)N), *skip = calloc((size_t)K, 1);
+    uint16_t *ow = malloc(sizeof(uint16_t) * (size_t)N * (size_t)n_o);
+    float *f = malloc(sizeof(float) * (size_t)K);
+    kvant_code rc = KVANT_OK;
+    if (!rows || !skip || !ow || !f || !tt || !tt->to_float || !rb) rc = core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+    for (int i = 0; !rc && i < n_o; i++) skip[cols[i]] = 1;
+    for (int64_t n = 0; !rc && n < N; n++) {
+        float s;
+        tt->to_float((const uint8_t *)W->data + (size_t)n * wrb, f, K);
+        kern_i8_quant_rows(f, 1, K, K, (int8_t *)rows + (size_t)n * rb + 4, &s, skip);
+        memcpy(rows + (size_t)n * rb, &s, 4);
+        for (int i = 0; i < n_o; i++) ow[(size_t)n * (size_t)n_o + (size_t)i] = kern_fp32_to_fp16(f[cols[i]]);
+    }
+    char cn[320], wn[320];
+    snprintf(cn, sizeof cn, "%s.outlier_cols", t->name);
+    snprintf(wn, sizeof wn, "%s.outliers", t->name);
+    const int64_t ne_c[1] = {n_o}, ne_w[2] = {n_o, N};
+    if (!rc) rc = gguf_writer_add_tensor(w, t->name, KT_LLM_INT8, 2, t->ne, rows, st);
+    if (!rc) rc = gguf_writer_add_tensor(w, cn, KT_I32, 1, ne_c, cols, st);
+    if (!rc) rc = gguf_writer_add_tensor(w, wn, KT_F16, 2, ne_w, ow, st);
+    free(rows); free(skip); free(ow); free(f);
+    return rc;
+}
+
 kvant_code kvant_int8_save(const kvant_int8 *q, const char *in_path, const char *out_path, kvant_status *st) {
-    if (!q->q || q->q->mode != INT8_W8A8)
-        return core_fail(st, KVANT_ERR_UNSUPPORTED, "only W8A8 (with or without SmoothQuant) can be saved as a file");
+    if (!q->q || q->q->mode == INT8_OFF)
+        return core_fail(st, KVANT_ERR_UNSUPPORTED, "no INT8 mode to save (W8A8 or LLM.int8)");
+    const bool mixed = q->q->mode == INT8_MIXED;
+    if (mixed && !q->outl)
+        return core_fail(st, KVANT_ERR_ARG, "a stored LLM.int8 file needs a calibration text (its outlier columns "
+                                             "are chosen there)");
     const model *m = q->m;
     const int L = m->cfg.n_layers;
     gguf_ctx *g = gguf_open(in_path, st);
@@ -360,6 +424,13 @@ kvant_code kvant_int8_save(const kvant_int8 *q, const char *in_path, const char 
                            (long long)t->ne[1], (long long)t->ne[0]);
             break;
         }
+        /* LLM.int8: the matrices reading the hidden state (wq, wk, wv, gate, up) keep its outlier dims in F16 */
+        const bool outl = mixed && q->n_outl > 0 && mm != 3 && mm != 6;
+        if (outl) {
+            rc = add_llm_int8(w, t, mm_of(m, l, mm), q->outl, q->n_outl, st);
+            seen[(size_t)l * 7 + (size_t)mm] = 1;
+            continue;
+        }
         const size_t rb = kern_row_bytes(KT_W8A8, M->K), need = rb * (size_t)M->N;
         if (!rb) {
             rc = core_fail(st, KVANT_ERR_UNSUPPORTED, "%s: rows of %lld are too long for W8A8", t->name, (long long)M->K);
@@ -387,7 +458,11 @@ kvant_code kvant_int8_save(const kvant_int8 *q, const char *in_path, const char 
             rc = core_fail(st, KVANT_ERR_UNSUPPORTED, "blk.%d.%s.weight not in %s (fused or missing): W8A8 files need "
                            "the seven matrices of every layer as separate tensors", i / 7, k_mm_names[i % 7], in_path);
     if (!rc) {
-        gguf_writer_add_str(w, "kvant.int8.scheme", "w8a8");
+        gguf_writer_add_str(w, "kvant.int8.scheme", mixed ? "llm.int8" : "w8a8");
+        if (mixed) {
+            gguf_writer_add_f32(w, "kvant.int8.threshold", q->q->threshold);
+            gguf_writer_add_arr(w, "kvant.int8.outlier_dims", GGUF_INT32, q->outl, (uint64_t)q->n_outl);
+        }
         gguf_writer_add_bool(w, "kvant.int8.smoothquant", q->folded != NULL);
         if (q->folded) {
             gguf_writer_add_f32(w, "kvant.int8.alpha", q->alpha);

@@ -33,7 +33,7 @@ kvant_model *kvant_model_open(const char *path, const kvant_model_params *p, kva
         free(km);
         return NULL;
     }
-    if (!(p && p->no_repack) && model_repack(km->m, st) != KVANT_OK) {
+    if (model_repack(km->m, !(p && p->no_repack), st) != KVANT_OK) {
         kvant_model_free(km);
         return NULL;
     }

@@ -30,8 +30,16 @@ void cli_int8_quantize_help(void) {
            "                   into attn_norm / ffn_norm and the wq/wk/wv, gate/up columns first\n"
            "                   (the norms are stored folded); --smooth-wo also wo's input\n"
            "  --alpha A        migration strength (default 0.5)\n"
-           "LLM.int8 (--int8-mixed) chooses its outlier columns per batch at run time and has\n"
-           "no stored form: use --int8-mixed with kvant run / ppl / bench.\n");
+           "   or: kvant quantize IN.gguf OUT.gguf --int8-mixed --calib TEXT [--threshold 6]\n"
+           "                      [--calib-tokens N] [--calib-skip B] [-t N]\n"
+           "\n"
+           "LLM.int8 as a stored type (1101, \"LLM_INT8\"): the hidden dims that reach |x| >=\n"
+           "threshold on TEXT in >= 25%% of the layers' inputs and >= 6%% of the tokens (LLM.int8's\n"
+           "criterion, kvant outliers) are kept in F16 weight columns (NAME.outlier_cols,\n"
+           "NAME.outliers) of wq/wk/wv/gate/up; the rest of those rows, and wo / ffn_down, are\n"
+           "INT8 as W8A8.  At run time those columns are left out of the activation quantization\n"
+           "and added in float.  The set is fixed at quantization (kvant run --int8-mixed picks\n"
+           "it per batch instead).\n");
 }
 
 int cmd_int8_quantize(int argc, char **argv) {
@@ -52,9 +60,14 @@ int cmd_int8_quantize(int argc, char **argv) {
     kvant_model *m = NULL;
     kvant_int8 *q = NULL;
     if (a.error) goto done;
-    if (i8.mixed) {
-        fprintf(stderr, "kvant quantize: LLM.int8 (--int8-mixed) chooses its outlier columns per batch at run "
-                        "time and has no stored form; use --int8-mixed with kvant run / ppl / bench, or --w8a8 here\n");
+    if (i8.mixed && !i8.calib_path) {
+        fprintf(stderr, "kvant quantize: --int8-mixed needs --calib TEXT (the outlier columns a stored LLM.int8 "
+                        "file keeps are chosen there)\n");
+        goto done;
+    }
+    if (i8.mixed && i8.smooth) {
+        fprintf(stderr, "kvant quantize: --int8-mixed and --smoothquant are two answers to the same outliers; "
+                        "give one\n");
         goto done;
     }
     if (npos != 2) {
@@ -65,7 +78,7 @@ int cmd_int8_quantize(int argc, char **argv) {
         fprintf(stderr, "kvant quantize: cannot open %s\n", pos[0]);
         goto done;
     }
-    i8.w8a8 = true; /* --smoothquant alone means SmoothQuant W8A8 */
+    if (!i8.mixed) i8.w8a8 = true; /* --smoothquant alone means SmoothQuant W8A8 */
     kvant_status st;
     kvant_model_params mp = {.n_threads = threads, .no_repack = 1};
     if (!(m = kvant_model_open(pos[0], &mp, &st))) {
@@ -80,7 +93,8 @@ int cmd_int8_quantize(int argc, char **argv) {
         rc = cli_status_exit(&st);
         goto done;
     }
-    fprintf(stderr, "wrote %s: W8A8%s\n", pos[1], i8.smooth ? " with SmoothQuant folded in" : "");
+    fprintf(stderr, "wrote %s: %s%s\n", pos[1], i8.mixed ? "LLM.int8 (LLM_INT8 + F16 outlier columns)" : "W8A8",
+            i8.smooth ? " with SmoothQuant folded in" : "");
     rc = CLI_OK;
 done:
     kvant_int8_free(q);

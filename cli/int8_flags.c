@@ -81,11 +81,11 @@ int cli_int8_build(cli_int8 *o, kvant_model *m, const char *cmd, kvant_int8 **ou
     if (!o->any) return CLI_OK;
     o->p.smooth = o->smooth;
     o->p.mode = o->mode_set ? o->mode : o->mixed ? KVANT_INT8_MIXED : (o->w8a8 || o->smooth) ? KVANT_INT8_W8A8 : KVANT_INT8_NONE;
-    if (o->smooth) {
-        if (!o->calib_path) {
-            fprintf(stderr, "%s: --smoothquant needs --calib FILE\n", cmd);
-            return CLI_USAGE;
-        }
+    if (o->smooth && !o->calib_path) {
+        fprintf(stderr, "%s: --smoothquant needs --calib FILE\n", cmd);
+        return CLI_USAGE;
+    }
+    if (o->calib_path) { /* SmoothQuant's scales; LLM.int8's stored outlier dims (kvant quantize) */
         size_t n = 0;
         o->calib_buf = cli_read_file(o->calib_path, &n);
         if (!o->calib_buf) {

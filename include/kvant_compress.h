@@ -154,8 +154,11 @@ void kvant_int8_free(kvant_int8 *q);
  * opened from) with every layer's seven matrices in the stored W8A8 type
  * (1100: F32 scale per row + int8, kernels/w8a8.h) and, after SmoothQuant,
  * the folded norms; the classifier and embeddings stay as they are;
- * kvant.int8.* metadata.  W8A8 mode only (LLM.int8's outlier columns are
- * chosen per batch at run time and have no stored form). */
+ * kvant.int8.* metadata.  LLM.int8 (KVANT_INT8_MIXED, built with a
+ * calib_text): the hidden dims meeting the outlier criterion there
+ * (kvant_outlier_default's shares at p->threshold) stay F16 columns of
+ * wq/wk/wv/gate/up (type LLM_INT8 with NAME.outlier_cols / NAME.outliers),
+ * the rest W8A8 (kernels/w8a8.h). */
 kvant_code kvant_int8_save(const kvant_int8 *q, const char *in_path, const char *out_path, kvant_status *st);
 /* The sequence's forward passes use q from now on (a fresh sequence of
  * q's model, or reset it first).  A kvant_seq_fork of it does not inherit

@@ -152,12 +152,12 @@ static const pack_desc *desc_of(int wtype) {
 }
 
 /* F16 has its own layout and tile (kernels/repack_f16.c); these entry points route it there */
-bool kern_pack_supported(int wtype) { return wtype == KT_F16 || wtype == KT_W8A8 || kern_ptq_is(wtype) || desc_of(wtype) != NULL; }
+bool kern_pack_supported(int wtype) { return wtype == KT_F16 || wtype == KT_W8A8 || wtype == KT_LLM_INT8 || kern_ptq_is(wtype) || desc_of(wtype) != NULL; }
 
 bool kern_pack_fits(int wtype, int64_t K) {
     if (wtype == KT_F16) return K > 0;
     if (kern_ptq_is(wtype)) return kern_pack_ptq_fits(wtype, K);
-    if (wtype == KT_W8A8) return kern_pack_w8a8_fits(K);
+    if (wtype == KT_W8A8 || wtype == KT_LLM_INT8) return kern_pack_w8a8_fits(K);
     const pack_desc *D = desc_of(wtype);
     return D && K > 0 && K % D->qk == 0;
 }
@@ -167,7 +167,7 @@ static int64_t n_groups(int64_t N) { return (N + KERN_PACK_ROWS - 1) / KERN_PACK
 size_t kern_pack_bytes(int wtype, int64_t N, int64_t K) {
     if (wtype == KT_F16) return kern_pack_f16_bytes(N, K);
     if (kern_ptq_is(wtype)) return kern_pack_ptq_bytes(wtype, N, K);
-    if (wtype == KT_W8A8) return kern_pack_w8a8_bytes(N, K);
+    if (wtype == KT_W8A8 || wtype == KT_LLM_INT8) return kern_pack_w8a8_bytes(N, K);
     const pack_desc *D = desc_of(wtype);
     CORE_ASSERT(D && K % D->qk == 0);
     return (size_t)n_groups(N) * (size_t)(K / D->qk) * D->xb;
@@ -182,7 +182,7 @@ void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_
         kern_pack_ptq(W, wtype, N, K, dst, g0, g1);
         return;
     }
-    if (wtype == KT_W8A8) {
+    if (wtype == KT_W8A8 || wtype == KT_LLM_INT8) {
         kern_pack_w8a8(W, N, K, dst, g0, g1);
         return;
     }
@@ -225,7 +225,7 @@ void kern_unpack_row(const void *P, int wtype, int64_t N, int64_t K, int64_t n, 
         kern_unpack_ptq_row(P, wtype, K, n, rowp);
         return;
     }
-    if (wtype == KT_W8A8) {
+    if (wtype == KT_W8A8 || wtype == KT_LLM_INT8) {
         CORE_ASSERT(n >= 0 && n < N);
         kern_unpack_w8a8_row(P, K, n, rowp);
         return;
@@ -544,7 +544,7 @@ void kern_matmul_packed_n(core_pool *pool, void *scratch, int wtype, const kern_
                           const float *x, int T, int64_t K) {
     if (wtype == KT_F16) /* F16 rounds the activations in its own prep; one call each */
         for (int i = 0; i < n_out; i++) kern_matmul_packed_f16(pool, scratch, out[i].P, x, out[i].y, T, out[i].N, K);
-    else if (wtype == KT_W8A8) kern_matmul_packed_w8a8_n(pool, scratch, out, n_out, x, T, K);
+    else if (wtype == KT_W8A8 || wtype == KT_LLM_INT8) kern_matmul_packed_w8a8_n(pool, scratch, out, n_out, x, T, K, NULL);
     else run(pool, scratch, wtype, out, n_out, x, T, K, false, NULL, NULL);
 }
 
@@ -553,8 +553,8 @@ void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, 
         kern_matmul_packed_f16_ref(P, x, y, T, N, K);
         return;
     }
-    if (wtype == KT_W8A8) {
-        kern_matmul_packed_w8a8_tile(NULL, P, x, y, T, N, K);
+    if (wtype == KT_W8A8 || wtype == KT_LLM_INT8) {
+        kern_matmul_packed_w8a8_tile(NULL, P, x, y, T, N, K, NULL);
         return;
     }
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));

@@ -97,6 +97,7 @@
 
 #include "core/core.h"
 #include "kernels/types.h"
+#include "kernels/w8a8.h"
 
 #define KERN_PACK_ROWS 8
 
@@ -113,6 +114,11 @@ size_t kern_pack_bytes(int wtype, int64_t N, int64_t K);
 void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1);
 /* and back (tests): row n of the packed matrix as the original row bytes */
 void kern_unpack_row(const void *P, int wtype, int64_t N, int64_t K, int64_t n, void *row);
+
+/* kern_matmul_packed of a packed LLM_INT8 (or W8A8) matrix with outliers
+ * o; scratch: kern_matmul_scratch_bytes(T, K) */
+void kern_matmul_packed_outl(core_pool *pool, void *scratch, const void *P, const float *x, float *y, int T, int64_t N,
+                             int64_t K, const kern_outliers *o);
 
 /* y[T][N] = x[T][K] . W^T for packed W, threads splitting the row groups.
  * scratch: kern_matmul_scratch_bytes(T, K). */
@@ -196,8 +202,9 @@ bool kern_pack_w8a8_fits(int64_t K);
 size_t kern_pack_w8a8_bytes(int64_t N, int64_t K);
 void kern_pack_w8a8(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1);
 void kern_unpack_w8a8_row(const void *P, int64_t K, int64_t n, void *row);
+/* outl: NULL, or LLM_INT8's outlier columns (kern_outliers) for out[0] (n_out 1) */
 void kern_matmul_packed_w8a8_n(core_pool *pool, void *scratch, const kern_packed_out *out, int n_out, const float *x,
-                               int T, int64_t K);
+                               int T, int64_t K, const kern_outliers *outl);
 /* y[c * ldy + r] for one group (8 rows) and C <= 4 tokens: x their int8 rows
  * (4 nc bytes, ldx apart), sx their scales */
 typedef void (*kern_pack_w8a8_tile_fn)(int64_t nc, int C, float *y, size_t ldy, const uint8_t *w, const int8_t *x,
@@ -206,7 +213,7 @@ kern_pack_w8a8_tile_fn kern_pack_w8a8_tile_avx2(void);
 kern_pack_w8a8_tile_fn kern_pack_w8a8_tile_avx512(void);
 /* For tests: one thread with this tile (NULL: the plain-C spec) */
 void kern_matmul_packed_w8a8_tile(kern_pack_w8a8_tile_fn tile, const void *P, const float *x, float *y, int T,
-                                  int64_t N, int64_t K);
+                                  int64_t N, int64_t K, const kern_outliers *outl);
 
 /* For tests: kern_matmul_packed_tile for a PTQ type */
 void kern_matmul_packed_ptq_tile(kern_pack_ptq_tile_fn tile, const void *P, int wtype, const float *x, float *y,

@@ -14,6 +14,7 @@
  * int32 (exact) and the same one float expression, so every output is
  * bit-identical to kern_w8a8_vec_dot_ref and to kern_i8_gemm_ref, and does
  * not depend on T, the threads or what it was batched with. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,9 +85,25 @@ typedef struct {
     int64_t K, nc;
     const int8_t *xq; /* T rows of 4 nc bytes */
     const float *sx;  /* T scales */
+    const float *x;   /* the float activations (outliers) */
+    const kern_outliers *outl;
     int64_t g_end[KERN_PACK_MAX_OUT];
     _Atomic int64_t next;
 } w8_job;
+
+/* the spec's outlier terms for rows [n0, n1) and tokens [t0, t0 + C) */
+static void add_outliers(const w8_job *j, const kern_packed_out *o, int64_t n0, int64_t n1, int t0, int C) {
+    const kern_outliers *q = j->outl;
+    for (int c = 0; c < C; c++) {
+        const float *xt = j->x + (size_t)(t0 + c) * (size_t)j->K;
+        float *yt = o->y + (size_t)(t0 + c) * (size_t)o->N;
+        for (int64_t n = n0; n < n1; n++) {
+            float v = yt[n];
+            for (int i = 0; i < q->n; i++) v = fmaf(xt[q->cols[i]], kern_fp16_to_fp32(q->w[(size_t)n * (size_t)q->n + (size_t)i]), v);
+            yt[n] = v;
+        }
+    }
+}
 
 static void groups(const w8_job *j, const kern_packed_out *o, int64_t lo, int64_t hi) {
     const size_t ldx = 4 * (size_t)j->nc;
@@ -96,16 +113,17 @@ static void groups(const w8_job *j, const kern_packed_out *o, int64_t lo, int64_
         for (int t0 = 0; t0 < j->T; t0 += 4) {
             const int C = j->T - t0 < 4 ? j->T - t0 : 4;
             const int8_t *x = j->xq + (size_t)t0 * ldx;
-            if (full) {
-                j->tile(j->nc, C, o->y + (size_t)t0 * (size_t)o->N + (size_t)g * KERN_PACK_ROWS, (size_t)o->N, w, x,
-                        ldx, j->sx + t0);
-                continue;
+            if (full) j->tile(j->nc, C, o->y + (size_t)t0 * (size_t)o->N + (size_t)g * KERN_PACK_ROWS, (size_t)o->N, w, x,
+                              ldx, j->sx + t0);
+            else {
+                float tmp[4 * KERN_PACK_ROWS];
+                j->tile(j->nc, C, tmp, KERN_PACK_ROWS, w, x, ldx, j->sx + t0);
+                for (int c = 0; c < C; c++)
+                    for (int64_t n = g * KERN_PACK_ROWS; n < o->N; n++)
+                        o->y[(size_t)(t0 + c) * (size_t)o->N + (size_t)n] = tmp[c * KERN_PACK_ROWS + (n % KERN_PACK_ROWS)];
             }
-            float tmp[4 * KERN_PACK_ROWS];
-            j->tile(j->nc, C, tmp, KERN_PACK_ROWS, w, x, ldx, j->sx + t0);
-            for (int c = 0; c < C; c++)
-                for (int64_t n = g * KERN_PACK_ROWS; n < o->N; n++)
-                    o->y[(size_t)(t0 + c) * (size_t)o->N + (size_t)n] = tmp[c * KERN_PACK_ROWS + (n % KERN_PACK_ROWS)];
+            if (j->outl && j->outl->n > 0)
+                add_outliers(j, o, g * KERN_PACK_ROWS, full ? (g + 1) * KERN_PACK_ROWS : o->N, t0, C);
         }
     }
 }
@@ -124,14 +142,21 @@ static void task(void *ctx, int ith, int nth) {
 }
 
 static void run(core_pool *pool, void *scratch, const kern_packed_out *out, int n_out, const float *x, int T, int64_t K,
-                kern_pack_w8a8_tile_fn tile) {
+                kern_pack_w8a8_tile_fn tile, const kern_outliers *outl) {
     CORE_ASSERT(T >= 1 && n_out >= 1 && n_out <= KERN_PACK_MAX_OUT && kern_pack_w8a8_fits(K));
-    w8_job j = {.tile = tile, .out = out, .n_out = n_out, .T = T, .K = K, .nc = n_chunks(K)};
+    CORE_ASSERT(!outl || outl->n == 0 || n_out == 1);
+    w8_job j = {.tile = tile, .out = out, .n_out = n_out, .T = T, .K = K, .nc = n_chunks(K), .x = x, .outl = outl};
     const size_t ldx = 4 * (size_t)j.nc, xb = ((size_t)T * ldx + 63) & ~(size_t)63;
-    CORE_ASSERT(xb + sizeof(float) * (size_t)T <= kern_matmul_scratch_bytes(T, K));
+    const bool skip = outl && outl->n > 0;
+    CORE_ASSERT(xb + sizeof(float) * (size_t)T + (skip ? (size_t)K : 0) <= kern_matmul_scratch_bytes(T, K));
     int8_t *xq = scratch;
     float *sx = (float *)((uint8_t *)scratch + xb);
-    kern_i8_quant_rows(x, T, K, (int64_t)ldx, xq, sx, NULL);
+    uint8_t *flags = skip ? (uint8_t *)(sx + T) : NULL;
+    if (skip) {
+        memset(flags, 0, (size_t)K);
+        for (int i = 0; i < outl->n; i++) flags[outl->cols[i]] = 1;
+    }
+    kern_i8_quant_rows(x, T, K, (int64_t)ldx, xq, sx, flags);
     j.xq = xq;
     j.sx = sx;
     atomic_init(&j.next, 0);
@@ -153,15 +178,21 @@ static kern_pack_w8a8_tile_fn best_tile(void) {
 }
 
 void kern_matmul_packed_w8a8_n(core_pool *pool, void *scratch, const kern_packed_out *out, int n_out, const float *x,
-                               int T, int64_t K) {
-    run(pool, scratch, out, n_out, x, T, K, best_tile());
+                               int T, int64_t K, const kern_outliers *outl) {
+    run(pool, scratch, out, n_out, x, T, K, best_tile(), outl);
+}
+
+void kern_matmul_packed_outl(core_pool *pool, void *scratch, const void *P, const float *x, float *y, int T, int64_t N,
+                             int64_t K, const kern_outliers *o) {
+    const kern_packed_out out = {P, N, y};
+    run(pool, scratch, &out, 1, x, T, K, best_tile(), o);
 }
 
 void kern_matmul_packed_w8a8_tile(kern_pack_w8a8_tile_fn tile, const void *P, const float *x, float *y, int T,
-                                  int64_t N, int64_t K) {
+                                  int64_t N, int64_t K, const kern_outliers *outl) {
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     CORE_ASSERT(scratch);
     const kern_packed_out o = {P, N, y};
-    run(NULL, scratch, &o, 1, x, T, K, tile ? tile : tile_ref);
+    run(NULL, scratch, &o, 1, x, T, K, tile ? tile : tile_ref, outl);
     free(scratch);
 }

@@ -35,6 +35,7 @@ static const kern_type_traits g_kvant_types[KT_KVANT_END - KT_KVANT_BASE] = {
     KERN_PTQ_TYPE_ROWS /* 1024..1093: PTQ absmax / zero-point INT-n (kernels/ptq.h) */
     /* INT8 weights per channel x INT8 activations per token (kernels/w8a8.h) */
     [KT_W8A8 - KT_KVANT_BASE] = {"W8A8", 1, 1, kern_w8a8_dequant_ref, kern_w8a8_quant_ref, KT_F32, kern_w8a8_vec_dot_ref, kern_w8a8_row_bytes},
+    [KT_LLM_INT8 - KT_KVANT_BASE] = {"LLM_INT8", 1, 1, kern_w8a8_dequant_ref, kern_w8a8_quant_ref, KT_F32, kern_w8a8_vec_dot_ref, kern_w8a8_row_bytes},
     /* 2:4 sparse (kernels/sparse24.h) */
     [KT_S24_F16 - KT_KVANT_BASE] = {"S24_F16", QK_S24_F16, sizeof(block_s24_f16), kern_dequant_s24_f16_ref, kern_quant_s24_f16_ref, KT_F32, kern_vec_dot_s24_f16_f32_ref},
     [KT_S24_Q8 - KT_KVANT_BASE] = {"S24_Q8", QK_S24_Q8, sizeof(block_s24_q8), kern_dequant_s24_q8_ref, kern_quant_s24_q8_ref, KT_S24_A8, kern_vec_dot_s24_q8_a8_ref},

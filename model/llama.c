@@ -89,7 +89,8 @@ static void matmul(const model *m, model_work *w, int l, model_mm_id id, const m
     if (w->tap && id <= MODEL_MM_OUTPUT && id != MODEL_MM_WK && id != MODEL_MM_WV && id != MODEL_MM_UP)
         w->tap(w->hook_user, l, id, x, T, (int)W->cols);
     if (w->mm_hook && w->mm_hook(w->hook_user, l, id, W, x, y, T)) return;
-    if (W->packed) kern_matmul_packed(m->pool, w->mm, W->packed, W->type, x, y, T, W->rows, W->cols);
+    if (W->outl.n) kern_matmul_packed_outl(m->pool, w->mm, W->packed, x, y, T, W->rows, W->cols, &W->outl);
+    else if (W->packed) kern_matmul_packed(m->pool, w->mm, W->packed, W->type, x, y, T, W->rows, W->cols);
     else kern_matmul(m->pool, w->mm, W->data, W->type, x, y, T, W->rows, W->cols);
 }
 
@@ -100,7 +101,8 @@ static void matmul(const model *m, model_work *w, int l, model_mm_id id, const m
 static void matmul_n(const model *m, model_work *w, int l, const model_mm_id *id, const model_mat *const *W,
                      const float *x, float *const *y, int n, int T) {
     bool fuse = !w->tap && !w->mm_hook && n <= KERN_PACK_MAX_OUT;
-    for (int i = 0; i < n && fuse; i++) fuse = W[i]->packed && W[i]->type == W[0]->type && W[i]->cols == W[0]->cols;
+    for (int i = 0; i < n && fuse; i++)
+        fuse = W[i]->packed && !W[i]->outl.n && W[i]->type == W[0]->type && W[i]->cols == W[0]->cols;
     if (!fuse) {
         for (int i = 0; i < n; i++) matmul(m, w, l, id[i], W[i], x, y[i], T);
         return;

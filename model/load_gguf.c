@@ -75,6 +75,41 @@ static const gguf_tensor *find(loader *ld, const char *name) {
     return t;
 }
 
+/* an LLM_INT8 matrix's companions (kernels/w8a8.h): NAME.outlier_cols, I32
+ * [n], distinct indices < cols; NAME.outliers, F16 [n, rows] */
+static kvant_code get_outliers(loader *ld, const char *name, int64_t rows, int64_t cols, model_mat *out,
+                               kvant_status *st) {
+    char cn[320], wn[320];
+    snprintf(cn, sizeof cn, "%s.outlier_cols", name);
+    snprintf(wn, sizeof wn, "%s.outliers", name);
+    const gguf_tensor *c = find(ld, cn), *w = find(ld, wn);
+    if (!c || !w)
+        return core_fail(st, KVANT_ERR_FORMAT, "%s: LLM_INT8 tensor '%s' needs '%s' and '%s'", ld->path, name, cn, wn);
+    const int64_t n = c->ne[0];
+    if (c->type != KT_I32 || c->n_dims != 1 || n < 1 || n > cols || w->type != KT_F16 || w->n_dims != 2 ||
+        w->ne[0] != n || w->ne[1] != rows)
+        return core_fail(st, KVANT_ERR_FORMAT, "%s: '%s' must be I32 [n] and '%s' F16 [n, %lld] with 1 <= n <= %lld",
+                         ld->path, cn, wn, (long long)rows, (long long)cols);
+    const int32_t *idx = c->data;
+    uint8_t *seen = calloc((size_t)cols, 1);
+    if (!seen) return core_fail(st, KVANT_ERR_NOMEM, "out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        int32_t v;
+        memcpy(&v, idx + i, 4);
+        if (v < 0 || v >= cols || seen[v]) {
+            free(seen);
+            return core_fail(st, KVANT_ERR_FORMAT, "%s: '%s' holds %d: not a distinct column below %lld", ld->path, cn,
+                             (int)v, (long long)cols);
+        }
+        seen[v] = 1;
+    }
+    free(seen);
+    if ((uintptr_t)idx % 4 || (uintptr_t)w->data % 2)
+        return core_fail(st, KVANT_ERR_FORMAT, "%s: '%s' / '%s' are not aligned", ld->path, cn, wn);
+    out->outl = (kern_outliers){(int)n, idx, w->data};
+    return KVANT_OK;
+}
+
 /* `name` as `rows` rows of `cols` (ne0 = cols; a 3-D tensor's rows run over
  * ne1 x ne2); kvant must compute with its type.  Missing + !required: OK
  * with out->data NULL. */
@@ -91,7 +126,8 @@ static kvant_code get_mat(loader *ld, const char *name, int64_t rows, int64_t co
     if (!tt || !tt->to_float || !tt->vec_dot_ref)
         return core_fail(st, KVANT_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which kvant cannot compute with yet",
                          ld->path, name, kern_type_name(t->type));
-    *out = (model_mat){t->data, t->type, rows, cols, NULL};
+    *out = (model_mat){t->data, t->type, rows, cols, NULL, {0}};
+    if (t->type == KT_LLM_INT8) return get_outliers(ld, name, rows, cols, out, st);
     return KVANT_OK;
 }
 

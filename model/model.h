@@ -9,6 +9,7 @@
 
 #include "core/core.h"
 #include "format/gguf.h"
+#include "kernels/w8a8.h"
 #include "kv/kv.h"
 #include "kv/paged.h"
 #include "tok/tok.h"
@@ -56,6 +57,9 @@ typedef struct {
     /* non-NULL: the same matrix repacked in groups of 8 rows (kernels/repack.h),
      * which the forward pass multiplies with; data stays valid for everything else */
     const void *packed;
+    /* LLM_INT8 (kernels/w8a8.h): the outlier input columns kept in F16 (their
+     * NAME.outlier_cols / NAME.outliers tensors, in the mapping); n 0 otherwise */
+    kern_outliers outl;
 } model_mat;
 
 typedef struct {
@@ -173,8 +177,10 @@ void model_close(model *m);
  * layout (kernels/repack.h) for the forward pass, and lets the kernel drop
  * the mmap'd pages of the originals (they are read back from the file if
  * anything else reads them), so memory stays about the file's size.  The
- * environment variable KVANT_REPACK=0 turns it off (A/B measurements). */
-kvant_code model_repack(model *m, kvant_status *st);
+ * environment variable KVANT_REPACK=0 turns it off (A/B measurements), as
+ * all = false does, except for LLM_INT8 matrices with outlier columns,
+ * which have only the packed path and are packed always. */
+kvant_code model_repack(model *m, bool all, kvant_status *st);
 
 /* loaders (model/load_*.c); on success they fill cfg, weights and tensors */
 kvant_code model_load_gguf(model *m, const char *path, kvant_status *st);

@@ -48,9 +48,10 @@ static kvant_code pack_one(model *m, model_mat *w, bool drop, kvant_status *st) 
     return KVANT_OK;
 }
 
-kvant_code model_repack(model *m, kvant_status *st) {
+kvant_code model_repack(model *m, bool all, kvant_status *st) {
     const char *env = getenv("KVANT_REPACK");
-    if (env && !strcmp(env, "0")) return KVANT_OK;
+    /* LLM_INT8's outlier columns have only the packed path: packed always */
+    const bool only_outl = !all || (env && !strcmp(env, "0"));
     for (int l = 0; l < m->cfg.n_layers; l++) {
         model_layer *L = &m->layers[l];
         model_mat *mats[5 + 3 * 1024];
@@ -58,8 +59,9 @@ kvant_code model_repack(model *m, kvant_status *st) {
         /* row views of one fused tensor (phi3's attn_qkv, an expert of ffn_*_exps) drop only the pages
          * wholly inside them; a dropped page is read from the file again if touched */
         for (int i = 0; i < n; i++)
-            if (pack_one(m, mats[i], true, st) != KVANT_OK) return st->code;
+            if ((!only_outl || mats[i]->outl.n) && pack_one(m, mats[i], true, st) != KVANT_OK) return st->code;
     }
+    if (only_outl && !m->output.outl.n) return KVANT_OK;
     /* a tied classifier shares its rows with the embedding, which stays in use */
     return pack_one(m, &m->output, !m->tied_output, st);
 }

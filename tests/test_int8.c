@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "format/gguf.h"
+#include "kernels/types.h"
+#include "kernels/w8a8.h"
 #include "compress/int8.h"
 #include "kernels/int8.h"
 #include "kvant.h"
@@ -453,13 +456,87 @@ static void test_w8a8_file(void **state) {
         kvant_model_free(m2);
         kvant_int8_free(q);
     }
+    /* LLM.int8 without a calibration text has no outlier set to store */
     kvant_int8_params p = kvant_int8_default();
     p.mode = KVANT_INT8_MIXED;
     kvant_int8 *q = kvant_int8_new(m, &p, &st);
     assert_non_null(q);
     assert_int_equal(kvant_int8_save(q, shared_path("models/stories260K.gguf"), KVANT_TEST_TMP "/mixed.gguf", &st),
-                     KVANT_ERR_UNSUPPORTED);
+                     KVANT_ERR_ARG);
     kvant_int8_free(q);
+    free(text);
+    kvant_model_free(m);
+}
+
+/* Stored LLM.int8 (LLM_INT8 + F16 outlier columns) on stories260K with
+ * three synthetic outlier dims x 40 (the function is unchanged, the
+ * activations get LLM.int8's outliers): calibration finds exactly those
+ * dims, the file stores them (kvant.int8.outlier_dims), and its logits stay
+ * much closer to the F32 model's than a stored W8A8 file of the same
+ * (injected) model, whose per-token scales the outliers blow up. */
+static void test_llm_int8_file(void **state) {
+    (void)state;
+    kvant_model *m = open_model();
+    size_t len;
+    char *text = read_file(shared_path("corpora/tinystories_val_subset.txt"), &len);
+    int32_t toks[2048];
+    const int n = kvant_tokenize(m, text, 600, true, toks, 2048);
+    assert_true(n > 64 && n < 512);
+    kvant_model_info in;
+    kvant_model_get_info(m, &in);
+    const size_t V = (size_t)in.vocab_size;
+    static const int dims[3] = {5, 17, 40};
+    kvant_status st;
+    float *base = logits_of(m, NULL, toks, n), err[2];
+    for (int mixed = 0; mixed < 2; mixed++) {
+        kvant_int8_params p = kvant_int8_default();
+        p.mode = mixed ? KVANT_INT8_MIXED : KVANT_INT8_W8A8;
+        p.inject_dims = dims;
+        p.n_inject = 3;
+        p.inject_scale = 40.0f;
+        p.calib_text = text + 100000;
+        p.calib_len = 20000;
+        p.calib_tokens = 1024;
+        kvant_int8 *q = kvant_int8_new(m, &p, &st);
+        assert_non_null(q);
+        char path[512];
+        snprintf(path, sizeof path, "%s/llm-int8-%d.gguf", KVANT_TEST_TMP, mixed);
+        if (kvant_int8_save(q, shared_path("models/stories260K.gguf"), path, &st)) fail_msg("%s", st.msg);
+        kvant_int8_free(q);
+        if (mixed) {
+            gguf_ctx *g = gguf_open(path, &st);
+            assert_non_null(g);
+            const gguf_value *v = gguf_get_arr(g, "kvant.int8.outlier_dims", GGUF_INT32);
+            assert_non_null(v);
+            /* the injected dims, and at most a few of the model's own (ascending) */
+            assert_true(v->arr.n >= 3 && v->arr.n <= 8);
+            int found = 0;
+            for (uint64_t i = 0; i < v->arr.n; i++) {
+                int32_t d;
+                memcpy(&d, v->arr.raw + 4 * i, 4);
+                for (int k = 0; k < 3; k++) found += d == dims[k];
+            }
+            assert_int_equal(found, 3);
+            const gguf_tensor *t = gguf_find_tensor(g, "blk.0.attn_q.weight");
+            assert_non_null(t);
+            assert_int_equal(t->type, KT_LLM_INT8);
+            assert_non_null(gguf_find_tensor(g, "blk.0.ffn_up.weight.outliers"));
+            assert_int_equal(gguf_find_tensor(g, "blk.0.ffn_down.weight")->type, KT_W8A8);
+            gguf_close(g);
+        }
+        kvant_model_params mp = {.n_threads = 2};
+        kvant_model *m2 = kvant_model_open(path, &mp, &st);
+        if (!m2) fail_msg("%s", st.msg);
+        float *l = logits_of(m2, NULL, toks, n);
+        double ss = 0;
+        for (size_t i = 0; i < V * (size_t)n; i++) ss += (double)(l[i] - base[i]) * (l[i] - base[i]);
+        err[mixed] = (float)sqrt(ss / (double)(V * (size_t)n));
+        free(l);
+        kvant_model_free(m2);
+    }
+    printf("  RMS logit error vs F32 with 3 synthetic outlier dims x 40: stored W8A8 %.4f, stored LLM.int8 %.4f\n", err[0], err[1]);
+    assert_true(err[1] * 4 < err[0]);
+    free(base);
     free(text);
     kvant_model_free(m);
 }
@@ -509,6 +586,7 @@ int main(void) {
         cmocka_unit_test(test_mixed_vs_plain),    cmocka_unit_test(test_outlier_criterion),
         cmocka_unit_test(test_smooth_fold_f32),   cmocka_unit_test(test_ppl_int8),
         cmocka_unit_test(test_cli),               cmocka_unit_test(test_w8a8_file),
+        cmocka_unit_test(test_llm_int8_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

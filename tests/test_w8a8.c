@@ -140,7 +140,7 @@ static void test_tile_avx512_emulated(void **state) {
         fill_x(x, TMAX * K, ki == 0);
         kern_matmul_packed_ref(P, KT_W8A8, x, yr, TMAX, N, K);
         for (int T = 1; T <= TMAX; T++) {
-            kern_matmul_packed_w8a8_tile(kern_pack_w8a8_tile_avx512_emulated(), P, x, y, T, N, K);
+            kern_matmul_packed_w8a8_tile(kern_pack_w8a8_tile_avx512_emulated(), P, x, y, T, N, K, NULL);
             if (memcmp(y, yr, sizeof(float) * (size_t)T * (size_t)N))
                 fail_msg("W8A8 emulated AVX-512 tile T=%d K=%d: not bit-identical to the packed ref", T, (int)K);
         }
@@ -151,11 +151,79 @@ static void test_tile_avx512_emulated(void **state) {
 #endif
 }
 
+/* LLM.int8's stored form: int8 rows with the outlier columns 0 and left out
+ * of the scales, F16 weights for those columns, activations with some large
+ * values there.  Every tier (threaded or not) and the emulated VNNI tile are
+ * bit-identical to the plain-C spec, which is close to the float matmul
+ * (the outliers exact up to F16 weights, the rest at int8 precision
+ * without them in the scales). */
+static void test_outliers(void **state) {
+    (void)state;
+    const int64_t N = 21, K = 256;
+    const int n_o = 5;
+    const int32_t cols[5] = {3, 17, 64, 200, 255};
+    uint8_t skip[256] = {0};
+    for (int i = 0; i < n_o; i++) skip[cols[i]] = 1;
+    const size_t rb = kern_row_bytes(KT_LLM_INT8, K);
+    uint8_t *W = malloc(rb * (size_t)N);
+    uint16_t wo[21 * 5];
+    float *wf = malloc(sizeof(float) * (size_t)(N * K));
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k++) wf[n * K + k] = frand();
+        float sw;
+        int8_t q[256];
+        kern_i8_quant_rows(wf + n * K, 1, K, K, q, &sw, skip);
+        memcpy(W + (size_t)n * rb, &sw, 4);
+        memcpy(W + (size_t)n * rb + 4, q, (size_t)K);
+        for (int i = 0; i < n_o; i++) wo[n * n_o + i] = kern_fp32_to_fp16(wf[n * K + cols[i]]);
+    }
+    const kern_outliers o = {n_o, cols, wo};
+    uint8_t *P = malloc(kern_pack_bytes(KT_LLM_INT8, N, K));
+    kern_pack(W, KT_LLM_INT8, N, K, P, 0, (N + 7) / 8);
+    float *x = malloc(sizeof(float) * TMAX * (size_t)K), yr[TMAX * 21], y[TMAX * 21];
+    fill_x(x, TMAX * K, false);
+    for (int t = 0; t < TMAX; t++)
+        for (int i = 0; i < n_o; i++) x[t * K + cols[i]] = (t + i) % 2 ? 60.0f : -45.0f;
+    kern_matmul_packed_w8a8_tile(NULL, P, x, yr, TMAX, N, K, &o);
+    for (int t = 0; t < TMAX; t++)
+        for (int64_t n = 0; n < N; n++) {
+            double e = 0, b = 0;
+            for (int64_t k = 0; k < K; k++) {
+                e += (double)wf[n * K + k] * x[t * K + k];
+                b += skip[k] ? fabs(x[t * K + k]) * 1e-3 : fabsf(wf[n * K + k]) * 3.0 / 127 + fabsf(x[t * K + k]) / 127;
+            }
+            if (fabs(yr[t * N + n] - e) > b) fail_msg("outliers [%d][%d]: %.6g vs exact %.6g (bound %.3g)", t, (int)n, yr[t * N + n], e, b);
+        }
+    core_pool *pool = core_pool_new(2);
+    void *scratch = malloc(kern_matmul_scratch_bytes(TMAX, K));
+    const kern_tier best = kern_best_tier();
+    for (int tier = KERN_TIER_REF; tier <= (int)best; tier++) {
+        assert_true(kern_set_tier((kern_tier)tier));
+        for (int T = 1; T <= TMAX; T++)
+            for (int threaded = 0; threaded < 2; threaded++) {
+                memset(y, 0xff, sizeof y);
+                kern_matmul_packed_outl(threaded ? pool : NULL, scratch, P, x, y, T, N, K, &o);
+                if (memcmp(y, yr, sizeof(float) * (size_t)T * (size_t)N))
+                    fail_msg("LLM_INT8 tier %s T=%d: not bit-identical to the spec", kern_tier_name((kern_tier)tier), T);
+            }
+    }
+    kern_set_tier(best);
+#if defined(__x86_64__) || defined(_M_X64)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        kern_matmul_packed_w8a8_tile(kern_pack_w8a8_tile_avx512_emulated(), P, x, y, TMAX, N, K, &o);
+        assert_memory_equal(y, yr, sizeof(float) * TMAX * (size_t)N);
+    }
+#endif
+    core_pool_free(pool);
+    free(scratch); free(W); free(wf); free(P); free(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_row_functions),
         cmocka_unit_test(test_pack_and_tiers),
         cmocka_unit_test(test_tile_avx512_emulated),
+        cmocka_unit_test(test_outliers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
