@@ -2,10 +2,13 @@
 """Side-by-side prefill/decode benchmark: kvant vs llama.cpp's llama-bench.
 
 usage: bench/compare.py --llama-bench PATH [--kvant build/kvant] [-t 2] [-p 512] [-n 128] [-r 3]
-                        MODEL.gguf [MODEL.gguf ...]
+                        MODEL.gguf|KVANT.gguf=LLAMA.gguf [...]
 
 For every model, runs `kvant bench --json` and `llama-bench -o jsonl` with the
-same file, threads, -p and -n, interleaved, and prints one markdown table:
+same file (or, for a pair KVANT.gguf=LLAMA.gguf, kvant on the first and
+llama.cpp on the second: a kvant-only type such as PTQ_Z4_G32 against
+llama.cpp's nearest, Q4_1; each one's roofline is then its own file's), threads,
+-p and -n, interleaved, and prints one markdown table:
 tokens/s of each (mean +- sd), the ratio kvant / llama.cpp, and the decode
 roofline = read bandwidth / bytes read per token (all weights except the
 token embedding, of which one row is read, unless the output is tied to it;
@@ -76,17 +79,21 @@ ap.add_argument("--tg-only", action="store_true", help="decode (tg) rows only, n
 ap.add_argument("models", nargs="+")
 ARGS = ap.parse_args()
 
-print("| model | test | kvant t/s | llama.cpp t/s | kvant / llama.cpp | read GB/s | roofline t/s | kvant % of roofline | llama.cpp % |")
+print("| model | test | kvant t/s | llama.cpp t/s | kvant / llama.cpp | read GB/s | kvant roofline t/s | kvant % of roofline | llama.cpp % of its roofline |")
 print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for m in ARGS.models:
-    wbytes = gguf_weight_bytes(m)
+    km, lm = m.split("=", 1) if "=" in m else (m, m)
+    wbytes = gguf_weight_bytes(km)
+    lbytes = wbytes if lm == km else gguf_weight_bytes(lm)
+    label = os.path.basename(km) if lm == km else f"{os.path.basename(km)} vs {os.path.basename(lm)}"
     for test in (("tg",) if ARGS.tg_only else ("pp", "tg")):
         bw0 = bandwidth() if test == "tg" else 0
-        k = run_kvant(m, test)
-        l = run_llama(m, test)
+        k = run_kvant(km, test)
+        l = run_llama(lm, test)
         bw = (bw0 + bandwidth()) / 2 if test == "tg" else 0
         name = f"{test}{ARGS.p if test == 'pp' else ARGS.n}"
         roof = bw * 1e9 / wbytes if test == "tg" and wbytes else 0
-        cols = [f"{bw:.1f}", f"{roof:.1f}", f"{100 * k[0] / roof:.0f}%", f"{100 * l[0] / roof:.0f}%"] if roof else ["-"] * 4
-        print(f"| {os.path.basename(m)} | {name} | {k[0]:.2f} ± {k[1]:.2f} | {l[0]:.2f} ± {l[1]:.2f} | "
+        lroof = bw * 1e9 / lbytes if test == "tg" and lbytes else 0
+        cols = [f"{bw:.1f}", f"{roof:.1f}", f"{100 * k[0] / roof:.0f}%", f"{100 * l[0] / lroof:.0f}%"] if roof else ["-"] * 4
+        print(f"| {label} | {name} | {k[0]:.2f} ± {k[1]:.2f} | {l[0]:.2f} ± {l[1]:.2f} | "
               f"{k[0] / l[0]:.2f} | " + " | ".join(cols) + " |", flush=True)
