@@ -128,21 +128,29 @@ static int code_at(const uint8_t *sb, const planes *p, int r, int e) {
     return u;
 }
 
-static void put_code(uint8_t *sb, const planes *p, int r, int e, int u) {
+/* the 32 codes u of row r into sub-block sb, whole bytes at a time (what
+ * put_code does per element; load time of a 1.1B model 3x shorter) */
+static void put_sub(uint8_t *sb, const planes *p, int r, const uint8_t *u) {
     if (p->n8) {
-        sb[32 * (size_t)(e / 4) + at(r, e)] = (uint8_t)u;
+        for (int e = 0; e < 32; e++) sb[32 * (size_t)(e / 4) + at(r, e)] = u[e];
         return;
     }
-    const int j = (e % 16) / 4, h = e / 16;
-    if (p->n4) {
-        sb[32 * (size_t)j + at(r, e)] |= (uint8_t)((u & 15) << (4 * h));
-        u >>= 4;
+    const int s2 = 4 * p->n4, s1 = s2 + 2 * p->n2;
+    for (int i = 0; i < 4; i++) {
+        uint8_t b1 = 0, b2[2] = {0, 0};
+        for (int j = 0; j < 4; j++) {
+            const uint8_t lo = u[4 * j + i], hi = u[16 + 4 * j + i];
+            if (p->n4) sb[32 * (size_t)j + 4 * (size_t)r + (size_t)i] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+            b2[0] |= (uint8_t)(((lo >> s2) & 3) << (2 * j));
+            b2[1] |= (uint8_t)(((hi >> s2) & 3) << (2 * j));
+            b1 |= (uint8_t)((((lo >> s1) & 1) << j) | (((hi >> s1) & 1) << (4 + j)));
+        }
+        if (p->n2) {
+            sb[p->o2 + 4 * (size_t)r + (size_t)i] = b2[0];
+            sb[p->o2 + 32 + 4 * (size_t)r + (size_t)i] = b2[1];
+        }
+        if (p->n1) sb[p->o1 + 4 * (size_t)r + (size_t)i] = b1;
     }
-    if (p->n2) {
-        sb[p->o2 + 32 * (size_t)h + at(r, e)] |= (uint8_t)((u & 3) << (2 * j));
-        u >>= 2;
-    }
-    if (p->n1) sb[p->o1 + at(r, e)] |= (uint8_t)((u & 1) << (4 * h + j));
 }
 
 /* ---- packing -------------------------------------------------------------------- */
@@ -167,8 +175,7 @@ void kern_pack_ptq(const void *W, int t, int64_t N, int64_t K, void *dst, int64_
                 memcpy(hd + 2 * r, src, 2);
                 if (g.scheme == KERN_PTQ_ZEROPOINT) hd[16 + r] = src[2];
                 kern_ptq_unpack(src + hb, g.G, g.bits, u);
-                for (int e = 0; e < g.G; e++)
-                    put_code(codes + (size_t)(e / 32) * 32 * (size_t)g.bits, &p, r, e % 32, u[e]);
+                for (int e0 = 0; e0 < g.G; e0 += 32) put_sub(codes + (size_t)(e0 / 32) * 32 * (size_t)g.bits, &p, r, u + e0);
             }
         }
     }
