@@ -50,8 +50,10 @@ static stat stats_of(double *ts, int n) {
     return s;
 }
 
-/* tokens/s of one run; -1 on error (message printed) */
-static double run_once(kvant_seq *seq, const int32_t *toks, int n, bool gen, float *logits) {
+/* tokens/s of one pp (gen false: one batch) or tg (gen: one token per
+ * forward) run from an empty cache, as kvant bench times it (and kvant cliff's
+ * speed columns); -1 on error, the message printed after "CMD: " */
+double cli_bench_run(kvant_seq *seq, const int32_t *toks, int n, bool gen, float *logits, const char *cmd) {
     kvant_status st;
     kvant_seq_reset(seq);
     const double t0 = kvant_time_ms();
@@ -63,7 +65,7 @@ static double run_once(kvant_seq *seq, const int32_t *toks, int n, bool gen, flo
     }
     return n * 1e3 / (kvant_time_ms() - t0);
 fail:
-    fprintf(stderr, "kvant bench: %s\n", st.msg);
+    fprintf(stderr, "%s: %s\n", cmd, st.msg);
     return -1;
 }
 
@@ -156,9 +158,9 @@ int cmd_bench(int argc, char **argv) {
         const bool gen = test == 1;
         const int n = gen ? n_gen : n_prompt;
         if (n == 0) continue;
-        if (run_once(seq, toks, n, gen, logits) < 0) goto done; /* warm-up */
+        if (cli_bench_run(seq, toks, n, gen, logits, "kvant bench") < 0) goto done; /* warm-up */
         for (int i = 0; i < reps; i++)
-            if ((ts[i] = run_once(seq, toks, n, gen, logits)) < 0) goto done;
+            if ((ts[i] = cli_bench_run(seq, toks, n, gen, logits, "kvant bench")) < 0) goto done;
         const stat s = stats_of(ts, reps);
         char name[32];
         snprintf(name, sizeof name, "%s%d", gen ? "tg" : "pp", n);

@@ -260,23 +260,6 @@ static double wait_quiet(void) {
     return busy_frac;
 }
 
-/* tokens/s of one pp (gen false) or tg run; -1 on error (message printed) */
-static double speed_once(kvant_seq *seq, const int32_t *toks, int n, bool gen, float *logits) {
-    kvant_status st;
-    kvant_seq_reset(seq);
-    const double t0 = kvant_time_ms();
-    if (!gen) {
-        if (kvant_forward(seq, toks, n, logits, false, &st)) goto fail;
-    } else {
-        for (int i = 0; i < n; i++)
-            if (kvant_forward(seq, &toks[i], 1, logits, false, &st)) goto fail;
-    }
-    return n * 1e3 / (kvant_time_ms() - t0);
-fail:
-    fprintf(stderr, "kvant cliff: speed: %s\n", st.msg);
-    return -1;
-}
-
 /* prefill and decode tokens/s of one quantized speed file, as kvant bench
  * measures them (the same random tokens, one warm-up, sp->reps timed runs) */
 static bool speed_measure(const char *path, const cliff_speed *sp, cliff_row *r) {
@@ -307,7 +290,7 @@ static bool speed_measure(const char *path, const cliff_speed *sp, cliff_row *r)
         const int n = gen ? sp->n_tg : sp->n_pp;
         if (n == 0) continue;
         wait_quiet();
-        if (speed_once(seq, toks, n, gen, logits) < 0) goto done; /* warm-up */
+        if (cli_bench_run(seq, toks, n, gen, logits, "kvant cliff: speed") < 0) goto done; /* warm-up */
         /* runs that got under CPU_SHARE_MIN of the threads' CPU time (another
          * process had the cores: the rates collapse) are repeated, at most
          * SPEED_RETRIES times; the attempt with the most CPU is kept */
@@ -321,7 +304,7 @@ static bool speed_measure(const char *path, const cliff_speed *sp, cliff_row *r)
             }
             const double c0 = cpu_seconds(), w0 = kvant_time_ms();
             for (int i = 0; i < sp->reps; i++)
-                if ((ts[i] = speed_once(seq, toks, n, gen, logits)) < 0) goto done;
+                if ((ts[i] = cli_bench_run(seq, toks, n, gen, logits, "kvant cliff: speed")) < 0) goto done;
             const double c = cpu_seconds() - c0, w = (kvant_time_ms() - w0) * 1e-3;
             const double share = w > 0 ? c / (w * sp->n_threads) : 0.0;
             if (share > best_share) {

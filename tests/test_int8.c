@@ -422,7 +422,8 @@ static float *logits_of(kvant_model *m, kvant_int8 *q, const int32_t *toks, int 
  * the conversion at load does: the same int8 rows and scales, the same
  * per-token activation quantization and epilogue (kernels/w8a8.h), packed
  * tiles instead of kern_i8_gemm.  Plain W8A8 and SmoothQuant (norms stored
- * folded), logits bit-identical; LLM.int8 has no stored form. */
+ * folded), logits bit-identical.  LLM.int8 without a calibration text has no
+ * outlier set to store and is refused. */
 static void test_w8a8_file(void **state) {
     (void)state;
     kvant_model *m = open_model();
