@@ -131,10 +131,13 @@ static kvant_code get_mat(loader *ld, const char *name, int64_t rows, int64_t co
     return KVANT_OK;
 }
 
-/* rows [r0, r0 + n) of w, as a matrix of its own */
+/* rows [r0, r0 + n) of w, as a matrix of its own (an LLM_INT8 matrix's
+ * outlier weights are per row too: the view takes its rows' of them) */
 static model_mat row_view(const model_mat *w, int64_t r0, int64_t n) {
-    return (model_mat){(const uint8_t *)w->data + (size_t)r0 * kern_row_bytes(w->type, w->cols), w->type, n, w->cols,
-                       NULL};
+    model_mat v = {(const uint8_t *)w->data + (size_t)r0 * kern_row_bytes(w->type, w->cols), w->type, n, w->cols,
+                   NULL, w->outl};
+    if (v.outl.n) v.outl.w += (size_t)r0 * (size_t)v.outl.n;
+    return v;
 }
 
 /* A vector (norm, bias, rope factors) of n floats: a view when stored as
