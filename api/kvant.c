@@ -19,6 +19,7 @@ const char *kvant_version(void) { return KVANT_VERSION; }
 int kvant_default_threads(void) { return core_cpu_count(); }
 double kvant_time_ms(void) { return core_time_ms(); }
 const char *kvant_kernel_tier(void) { return kern_tier_name(kern_active_tier()); }
+const char *kvant_cpu_report(void) { return kern_cpu_report(); }
 
 kvant_model *kvant_model_open(const char *path, const kvant_model_params *p, kvant_status *st) {
     kvant_model *km = calloc(1, sizeof *km);

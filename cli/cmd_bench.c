@@ -183,6 +183,7 @@ int cmd_bench(int argc, char **argv) {
     if (!json) printf("\npeak RSS %.1f MiB (attention %s, KV %s %s)\n", ru.ru_maxrss / 1024.0,
                       cli_choice_name(cli_attns, sp.attn), cli_choice_name(cli_caches, sp.kv),
                       cli_choice_name(cli_kv_types, sp.kv_type));
+    if (!json) printf("%s\n", kvant_cpu_report());
     rc = CLI_OK;
 done:
     free(ts);

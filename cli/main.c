@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
         return CLI_OK;
     }
     if (!strcmp(cmd, "--version")) {
-        printf("kvant %s\n", kvant_version());
+        printf("kvant %s\n%s\n", kvant_version(), kvant_cpu_report());
         return CLI_OK;
     }
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);

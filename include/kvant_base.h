@@ -45,6 +45,9 @@ double kvant_time_ms(void); /* monotonic clock, milliseconds */
 int kvant_default_threads(void);
 /* the kernel tier in use: "ref", "scalar", "avx2", "avx512" */
 const char *kvant_kernel_tier(void);
+/* one line: the CPU's listed and OS-enabled vector state (CPUID, XCR0,
+ * AMX permission) and the best kernel tier; the tier follows XCR0 */
+const char *kvant_cpu_report(void);
 
 #ifdef __cplusplus
 }

@@ -20,8 +20,13 @@
  * every thread, but callers should not change it while a matmul runs. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "core/core.h"
 #include "kernels/tiers.h"
@@ -48,24 +53,94 @@ static bool cpu_has_f16c(void) {
 }
 #endif
 
-/* The best tier this CPU runs and whether it has AVX512_BF16.
- * __builtin_cpu_supports also checks (XGETBV) that the OS saves the
- * YMM / ZMM state, so a tier is only chosen when its registers work. */
+/* What the OS has enabled, not only what CPUID lists: XCR0 (read with
+ * xgetbv once CPUID.1:ECX says OSXSAVE) must have the SSE and AVX state
+ * bits (1, 2) for any 256-bit register and also the opmask, ZMM_Hi256 and
+ * Hi16_ZMM bits (5, 6, 7) for AVX-512.  A hypervisor can list an ISA in
+ * CPUID while leaving its state disabled; its instructions then trap.
+ * AMX (tiles, bits 17-18) is never used by kvant: on Linux it also needs
+ * arch_prctl(ARCH_REQ_XCOMP_PERM), and kern_cpu_report says whether both
+ * would allow it, so a report shows why a listed AMX is not usable. */
+#if KERN_X86
+static uint64_t xcr0(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; /* no OSXSAVE: no xgetbv */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#define XCR0_AVX 0x6u     /* SSE | AVX (YMM upper halves) */
+#define XCR0_AVX512 0xe0u /* opmask | ZMM_Hi256 | Hi16_ZMM */
+#define XCR0_AMX 0x60000u /* XTILECFG | XTILEDATA */
+#endif
+
+/* The best tier this CPU runs and whether it has AVX512_BF16: a tier is
+ * chosen only when CPUID lists its instructions AND XCR0 says the OS saves
+ * its registers (__builtin_cpu_supports checks XCR0 in recent libgcc only,
+ * so it is checked here directly). */
 static kern_tier detect(bool *has_bf16) {
     *has_bf16 = false;
 #if KERN_X86
     __builtin_cpu_init();
-    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+    const uint64_t x = xcr0();
+    const bool avx2 = (x & XCR0_AVX) == XCR0_AVX && __builtin_cpu_supports("avx2") &&
+                      __builtin_cpu_supports("fma") && cpu_has_f16c();
     if (!avx2) return KERN_TIER_SCALAR;
-    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                        __builtin_cpu_supports("avx512vnni");
+    const bool avx512 = (x & XCR0_AVX512) == XCR0_AVX512 && __builtin_cpu_supports("avx512f") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
     if (!avx512) return KERN_TIER_AVX2;
     *has_bf16 = __builtin_cpu_supports("avx512bf16");
     return KERN_TIER_AVX512;
 #else
     return KERN_TIER_SCALAR;
 #endif
+}
+
+#if KERN_X86
+/* whether Linux lets a process use the AMX tile data state: the kernel
+ * supports it (ARCH_GET_XCOMP_SUPP, 0x1021, lists XTILEDATA = bit 18);
+ * a process would still have to ask with ARCH_REQ_XCOMP_PERM first */
+static bool os_allows_amx(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    uint64_t supp = 0;
+    return syscall(SYS_arch_prctl, 0x1021, &supp) == 0 && (supp & (1ull << 18));
+#else
+    return false;
+#endif
+}
+#endif
+
+static char g_report[256];
+
+/* one line: what CPUID lists, what XCR0 enables, the tier chosen */
+static void report_fill(void) {
+    bool bf16;
+    const kern_tier best = detect(&bf16);
+#if KERN_X86
+    const uint64_t x = xcr0();
+    unsigned a, b, c, d;
+    const bool amx_listed = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24));
+    const char *amx = !amx_listed ? "-"
+                      : (x & XCR0_AMX) != XCR0_AMX ? "off (unused)"
+                      : os_allows_amx() ? "on (unused)"
+                                        : "no OS permission (unused)";
+    snprintf(g_report, sizeof g_report,
+             "cpuid: avx2 %s, avx512f %s, avx512vnni %s, avx512bf16 %s, amx %s; xcr0 0x%llx: "
+             "avx %s, avx512 %s, amx %s; best tier %s",
+             __builtin_cpu_supports("avx2") ? "yes" : "no", __builtin_cpu_supports("avx512f") ? "yes" : "no",
+             __builtin_cpu_supports("avx512vnni") ? "yes" : "no", bf16 ? "yes" : "no", amx_listed ? "listed" : "no",
+             (unsigned long long)x, (x & XCR0_AVX) == XCR0_AVX ? "on" : "off",
+             (x & XCR0_AVX512) == XCR0_AVX512 ? "on" : "off", amx, kern_tier_name(best));
+#else
+    snprintf(g_report, sizeof g_report, "not x86-64; best tier %s", kern_tier_name(best));
+#endif
+}
+
+const char *kern_cpu_report(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, report_fill);
+    return g_report;
 }
 
 /* KVANT_TIER's tier, or -1 when it is unset or names no tier */

@@ -106,6 +106,10 @@ kern_tier kern_active_tier(void);
 /* Forces a tier (tests, benchmarks); false if this CPU cannot run it. */
 bool kern_set_tier(kern_tier tier);
 const char *kern_tier_name(kern_tier tier);
+/* One line on this CPU: what CPUID lists (AVX2, AVX-512 F/VNNI/BF16, AMX),
+ * what the OS enables in XCR0 (and for AMX whether Linux permits it), and
+ * the best tier, which follows XCR0, not CPUID alone. */
+const char *kern_cpu_report(void);
 
 /* The row for type t, or NULL if t is not a type kvant knows at all.
  * Known-but-not-computable types (e.g. K-quants before they are

@@ -154,6 +154,13 @@ static void test_dispatch(void **state) {
 
     assert_int_equal(best, expected_tier());
     print_message("best tier on this CPU: %s\n", kern_tier_name(best));
+    /* the report names the same tier and the XCR0 state that chose it */
+    const char *rep = kern_cpu_report();
+    print_message("%s\n", rep);
+    char want[64];
+    snprintf(want, sizeof want, "best tier %s", kern_tier_name(best));
+    assert_non_null(strstr(rep, want));
+    if (best >= KERN_TIER_AVX512) assert_non_null(strstr(rep, "avx512 on"));
 
     const kern_tier start = kern_active_tier();
     for (int tier = 0; tier < KERN_TIER_COUNT; tier++) {
