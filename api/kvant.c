@@ -269,6 +269,7 @@ void kvant_seq_free(kvant_seq *s) {
 
 void kvant_seq_reset(kvant_seq *s) { kv_clear(s->kv); }
 int kvant_seq_pos(const kvant_seq *s) { return s->kv->n_pos; }
+int kvant_seq_truncate(kvant_seq *s, int n) { return n < 0 ? -1 : kv_truncate(s->kv, n); }
 size_t kvant_seq_kv_bytes(const kvant_seq *s) { return kv_bytes_used(s->kv); }
 size_t kvant_seq_kv_capacity_bytes(const kvant_seq *s) { return kv_reserved_bytes(s->kv); }
 int64_t kvant_seq_evicted(const kvant_seq *s) { return s->kv->evicted; }

@@ -2,7 +2,7 @@
 """Side-by-side prefill/decode benchmark: kvant vs llama.cpp's llama-bench.
 
 usage: bench/compare.py --llama-bench PATH [--kvant build/kvant] [-t 2] [-p 512] [-n 128] [-r 3]
-                        MODEL.gguf|KVANT.gguf=LLAMA.gguf [...]
+                        [-d 0,2048,8192] [--fa off,on] MODEL.gguf|KVANT.gguf=LLAMA.gguf [...]
 
 For every model, runs `kvant bench --json` and `llama-bench -o jsonl` with the
 same file (or, for a pair KVANT.gguf=LLAMA.gguf, kvant on the first and
@@ -18,6 +18,12 @@ build/kvant-stream right before and right after each model's decode tests
 by 2x within minutes, so one reading for the whole run misstates most rows.
 Both programs see the same noisy machine; compare the ratios, not the
 absolute numbers across runs.
+
+-d D,... (llama-bench's -d): every test also runs with D tokens already in the
+cache; a decode step then reads the weights and the KV of D + n/2 positions on
+average (KV bytes per position from kvant bench), which is what that row's
+roofline counts.  --fa off,on runs llama-bench once per flash-attention
+setting (one column and one ratio each); without it llama-bench's default.
 """
 import argparse, json, os, struct, subprocess, sys
 
@@ -42,17 +48,20 @@ def gguf_weight_bytes(path):
     return total
 
 
-def run_kvant(model, test):
-    args = [ARGS.kvant, "bench", "-m", model, "-t", str(ARGS.threads), "-r", str(ARGS.reps), "--json"]
+def run_kvant(model, test, depth):
+    """(mean t/s, sd, KV bytes per cached position)"""
+    args = [ARGS.kvant, "bench", "-m", model, "-t", str(ARGS.threads), "-r", str(ARGS.reps), "--json", "-d", str(depth)]
     args += ["-p", str(ARGS.p), "-n", "0"] if test == "pp" else ["-p", "0", "-n", str(ARGS.n)]
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     j = json.loads(out.strip().splitlines()[0])
-    return j["avg_ts"], j["stddev_ts"]
+    return j["avg_ts"], j["stddev_ts"], j.get("kv_bytes_per_token", 0)
 
 
-def run_llama(model, test):
+def run_llama(model, test, depth, fa):
     args = [ARGS.llama_bench, "-m", model, "-t", str(ARGS.threads), "-r", str(ARGS.reps), "-o", "jsonl"]
     args += ["-p", str(ARGS.p), "-n", "0"] if test == "pp" else ["-p", "0", "-n", str(ARGS.n)]
+    if depth: args += ["-d", str(depth)]
+    if fa: args += ["-fa", fa]
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(ARGS.llama_bench))
     out = subprocess.run(args, capture_output=True, text=True, check=True, env=env).stdout
     j = json.loads([l for l in out.splitlines() if l.startswith("{")][0])
@@ -76,24 +85,36 @@ ap.add_argument("-p", type=int, default=512)
 ap.add_argument("-n", type=int, default=128)
 ap.add_argument("-r", "--reps", type=int, default=3)
 ap.add_argument("--tg-only", action="store_true", help="decode (tg) rows only, no prefill")
+ap.add_argument("-d", "--depth", default="0", help="comma-separated depths (tokens already cached)")
+ap.add_argument("--fa", default="", help="llama-bench flash attention settings, comma-separated (e.g. off,on)")
 ap.add_argument("models", nargs="+")
 ARGS = ap.parse_args()
+DEPTHS = [int(d) for d in ARGS.depth.split(",")]
+FAS = ARGS.fa.split(",") if ARGS.fa else [""]
+lcol = ["llama.cpp" + (f" FA {fa}" if fa else "") for fa in FAS]
 
-print("| model | test | kvant t/s | llama.cpp t/s | kvant / llama.cpp | read GB/s | kvant roofline t/s | kvant % of roofline | llama.cpp % of its roofline |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| model | test | kvant t/s | kvant ms/token | " + " | ".join(f"{c} t/s | kvant / {c}" for c in lcol) +
+      " | KV MiB read/token | read GB/s | kvant roofline t/s | kvant % of roofline | " +
+      " | ".join(f"{c} % of its roofline" for c in lcol) + " |")
+print("| --- | --- | ---: | ---: | " + " | ".join("---: | ---:" for c in lcol) + " | ---: | ---: | ---: | ---: | " +
+      " | ".join("---:" for c in lcol) + " |")
 for m in ARGS.models:
     km, lm = m.split("=", 1) if "=" in m else (m, m)
     wbytes = gguf_weight_bytes(km)
     lbytes = wbytes if lm == km else gguf_weight_bytes(lm)
     label = os.path.basename(km) if lm == km else f"{os.path.basename(km)} vs {os.path.basename(lm)}"
-    for test in (("tg",) if ARGS.tg_only else ("pp", "tg")):
-        bw0 = bandwidth() if test == "tg" else 0
-        k = run_kvant(km, test)
-        l = run_llama(lm, test)
-        bw = (bw0 + bandwidth()) / 2 if test == "tg" else 0
-        name = f"{test}{ARGS.p if test == 'pp' else ARGS.n}"
-        roof = bw * 1e9 / wbytes if test == "tg" and wbytes else 0
-        lroof = bw * 1e9 / lbytes if test == "tg" and lbytes else 0
-        cols = [f"{bw:.1f}", f"{roof:.1f}", f"{100 * k[0] / roof:.0f}%", f"{100 * l[0] / lroof:.0f}%"] if roof else ["-"] * 4
-        print(f"| {label} | {name} | {k[0]:.2f} ± {k[1]:.2f} | {l[0]:.2f} ± {l[1]:.2f} | "
-              f"{k[0] / l[0]:.2f} | " + " | ".join(cols) + " |", flush=True)
+    for depth in DEPTHS:
+        for test in (("tg",) if ARGS.tg_only else ("pp", "tg")):
+            bw0 = bandwidth() if test == "tg" else 0
+            k = run_kvant(km, test, depth)
+            ls = [run_llama(lm, test, depth, fa) for fa in FAS]
+            bw = (bw0 + bandwidth()) / 2 if test == "tg" else 0
+            name = f"{test}{ARGS.p if test == 'pp' else ARGS.n}" + (f" @ d{depth}" if depth else "")
+            kvb = k[2] * (depth + ARGS.n / 2) if test == "tg" else 0  # KV read per decode step, on average
+            roof = bw * 1e9 / (wbytes + kvb) if test == "tg" and wbytes else 0
+            lroof = bw * 1e9 / (lbytes + kvb) if test == "tg" and lbytes else 0
+            cols = [f"{kvb / 2**20:.1f}", f"{bw:.1f}", f"{roof:.1f}", f"{100 * k[0] / roof:.0f}%"] + \
+                   [f"{100 * l[0] / lroof:.0f}%" for l in ls] if roof else ["-"] * (4 + len(ls))
+            print(f"| {label} | {name} | {k[0]:.2f} ± {k[1]:.2f} | {1e3 / k[0]:.2f} | " +
+                  " | ".join(f"{l[0]:.2f} ± {l[1]:.2f} | {k[0] / l[0]:.2f}" for l in ls) + " | " +
+                  " | ".join(cols) + " |", flush=True)

@@ -79,6 +79,8 @@ int cmd_synth(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 /* one timed pp / tg run of kvant bench (cli/cmd_bench.c), also kvant cliff's */
 double cli_bench_run(kvant_seq *seq, const int32_t *toks, int n, bool gen, float *logits, const char *cmd);
+/* the same run from whatever the cache holds now (kvant bench -d) */
+double cli_bench_time(kvant_seq *seq, const int32_t *toks, int n, bool gen, float *logits, const char *cmd);
 int cmd_bench(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
 int cmd_stream_ppl(int argc, char **argv);

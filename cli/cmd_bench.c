@@ -3,7 +3,12 @@
  * same public API (kvant_forward on a sequence) that `run` uses.
  * pp N: one batch of N random tokens into an empty cache (logits of the
  * last token only, as llama-bench).  tg N: N single-token decode steps
- * into an empty cache.  One warm-up run of each precedes the timed ones. */
+ * into an empty cache.  One warm-up run of each precedes the timed ones.
+ * -d D (llama-bench's --n-depth): each test starts with D random tokens
+ * already in the cache.  They are computed once per depth (untimed); after
+ * each run the cache is cut back to them (kvant_seq_truncate; a paged
+ * cache keeps whole blocks, so the few tokens of a partial block are
+ * computed again, untimed), as llama-bench restores its saved state. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +19,7 @@
 #include "cli/int8_flags.h"
 
 static void bench_help(void) {
-    printf("usage: kvant bench -m MODEL [-p 512] [-n 128] [-t N] [-r 5] [--json]\n"
+    printf("usage: kvant bench -m MODEL [-p 512] [-n 128] [-d 0[,D...]] [-t N] [-r 5] [--json]\n"
            "\n"
            "Measures prompt processing (pp: one batch of -p random tokens) and text\n"
            "generation (tg: -n single-token decode steps) in tokens/s, mean +- sd over -r\n"
@@ -23,6 +28,8 @@ static void bench_help(void) {
            "  -m, --model FILE     GGUF or llama2.c model (-z TOKENIZER for llama2.c)\n"
            "  -p, --n-prompt N     prompt tokens (default 512; 0 skips pp)\n"
            "  -n, --n-gen N        generated tokens (default 128; 0 skips tg)\n"
+           "  -d, --n-depth D,...  tokens already in the cache when each test starts\n"
+           "                       (default 0; several values: one row per depth and test)\n"
            "  -t, --threads N      threads (default: number of CPUs, %d here)\n"
            "  -r, --repetitions N  timed runs per test (default 5)\n"
            "      --attn A         flash (default) or naive\n"
@@ -54,8 +61,12 @@ static stat stats_of(double *ts, int n) {
  * forward) run from an empty cache, as kvant bench times it (and kvant cliff's
  * speed columns); -1 on error, the message printed after "CMD: " */
 double cli_bench_run(kvant_seq *seq, const int32_t *toks, int n, bool gen, float *logits, const char *cmd) {
-    kvant_status st;
     kvant_seq_reset(seq);
+    return cli_bench_time(seq, toks, n, gen, logits, cmd);
+}
+
+double cli_bench_time(kvant_seq *seq, const int32_t *toks, int n, bool gen, float *logits, const char *cmd) {
+    kvant_status st;
     const double t0 = kvant_time_ms();
     if (!gen) {
         if (kvant_forward(seq, toks, n, logits, false, &st)) goto fail;
@@ -69,10 +80,54 @@ fail:
     return -1;
 }
 
+/* Makes the cache hold exactly dtoks[0..depth), computing what is missing
+ * (untimed).  *valid: how many leading cached positions are dtoks' (what
+ * follows them is a test's tokens): the cache is cut back to the shorter
+ * of that and depth first.  CLI_OK or CLI_FAIL. */
+static int depth_ready(kvant_seq *seq, const int32_t *dtoks, int depth, int *valid, float *logits) {
+    const int keep = *valid < depth ? *valid : depth;
+    int have = kvant_seq_pos(seq);
+    if (have > keep && (have = kvant_seq_truncate(seq, keep)) < 0) {
+        kvant_seq_reset(seq);
+        have = 0;
+    }
+    *valid = have;
+    const double t0 = kvant_time_ms();
+    if (depth - have > 64) fprintf(stderr, "kvant bench: computing %d tokens of depth %d...\n", depth - have, depth);
+    kvant_status st;
+    for (int i = have; i < depth; i += 512) { /* batches as a server's chunked prefill */
+        const int n = depth - i < 512 ? depth - i : 512;
+        if (kvant_forward(seq, dtoks + i, n, logits, false, &st)) {
+            fprintf(stderr, "kvant bench: depth %d: %s\n", depth, st.msg);
+            return CLI_FAIL;
+        }
+    }
+    if (depth - have > 64) fprintf(stderr, "kvant bench: depth %d ready in %.1f s\n", depth, (kvant_time_ms() - t0) / 1e3);
+    *valid = depth;
+    return CLI_OK;
+}
+
+/* "0,2048,8192" into depths[] (at most max); the count, or -1 (message printed) */
+static int parse_depths(const char *s, int *depths, int max) {
+    int n = 0;
+    for (const char *p = s; *p;) {
+        char *end;
+        const long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > (1 << 24) || n == max || (*end && *end != ',')) {
+            fprintf(stderr, "kvant bench: -d wants depths like 0,2048,8192 (0 .. 16777216, at most %d), not '%s'\n",
+                    max, s);
+            return -1;
+        }
+        depths[n++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+
 int cmd_bench(int argc, char **argv) {
     cli_args a = {argc, 1, argv, "kvant bench", false};
     const char *path = NULL, *tokenizer = NULL;
-    int n_prompt = 512, n_gen = 128, threads = 0, reps = 5;
+    int n_prompt = 512, n_gen = 128, threads = 0, reps = 5, depths[16] = {0}, n_depths = 1;
     bool json = false;
     kvant_seq_params sp = kvant_seq_default();
     cli_int8 i8;
@@ -84,6 +139,10 @@ int cmd_bench(int argc, char **argv) {
         else if (cli_is(&a, "-z", "--tokenizer")) tokenizer = cli_str(&a);
         else if (cli_is(&a, "-p", "--n-prompt")) n_prompt = cli_int(&a, 0, 1 << 20);
         else if (cli_is(&a, "-n", "--n-gen")) n_gen = cli_int(&a, 0, 1 << 20);
+        else if (cli_is(&a, "-d", "--n-depth")) {
+            const char *v = cli_str(&a);
+            if (v && (n_depths = parse_depths(v, depths, 16)) < 0) return CLI_USAGE;
+        }
         else if (cli_is(&a, "-t", "--threads")) threads = cli_int(&a, 1, 1024);
         else if (cli_is(&a, "-r", "--repetitions")) reps = cli_int(&a, 1, 1000);
         else if (cli_is(&a, "--json", NULL)) json = true;
@@ -110,7 +169,9 @@ int cmd_bench(int argc, char **argv) {
     }
     kvant_model_info in;
     kvant_model_get_info(m, &in);
-    const int n_ctx = (n_prompt > n_gen ? n_prompt : n_gen) + 1;
+    int max_depth = 0;
+    for (int i = 0; i < n_depths; i++) max_depth = depths[i] > max_depth ? depths[i] : max_depth;
+    const int n_test = n_prompt > n_gen ? n_prompt : n_gen, n_ctx = max_depth + n_test + 1;
     sp.n_ctx = n_ctx;
     kvant_seq *seq = kvant_seq_new_ex(m, &sp, &st);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_ctx);
@@ -133,6 +194,7 @@ int cmd_bench(int argc, char **argv) {
         r = r * 6364136223846793005ULL + 1442695040888963407ULL;
         toks[i] = (int32_t)((r >> 33) % (uint64_t)in.vocab_size);
     }
+    const int32_t *dtoks = toks + n_test + 1; /* the depth's tokens; the tests' are toks[0..n_test) */
 
     /* the dominant tensor type names the model, as llama-bench does */
     const char *main_type = "?";
@@ -154,22 +216,29 @@ int cmd_bench(int argc, char **argv) {
         printf("| model | size | params | backend | threads | test | t/s |\n");
         printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
     }
+    size_t kv_tok = 0; /* KV cache bytes per cached token (all layers, K and V) */
+    int valid = 0;     /* leading cached positions that are the depth's tokens */
+    for (int di = 0; di < n_depths; di++)
     for (int test = 0; test < 2; test++) {
         const bool gen = test == 1;
-        const int n = gen ? n_gen : n_prompt;
+        const int n = gen ? n_gen : n_prompt, depth = depths[di];
         if (n == 0) continue;
-        if (cli_bench_run(seq, toks, n, gen, logits, "kvant bench") < 0) goto done; /* warm-up */
-        for (int i = 0; i < reps; i++)
-            if ((ts[i] = cli_bench_run(seq, toks, n, gen, logits, "kvant bench")) < 0) goto done;
+        for (int i = -1; i < reps; i++) { /* -1: the warm-up */
+            if (depth_ready(seq, dtoks, depth, &valid, logits)) goto done;
+            const double t = cli_bench_time(seq, toks, n, gen, logits, "kvant bench");
+            if (t < 0) goto done;
+            if (i >= 0) ts[i] = t;
+            kv_tok = kvant_seq_kv_bytes(seq) / (size_t)kvant_seq_pos(seq);
+        }
         const stat s = stats_of(ts, reps);
-        char name[32];
-        snprintf(name, sizeof name, "%s%d", gen ? "tg" : "pp", n);
+        char name[48];
+        snprintf(name, sizeof name, depth ? "%s%d @ d%d" : "%s%d", gen ? "tg" : "pp", n, depth);
         if (json) {
             printf("{\"model\": \"%s\", \"size\": %zu, \"params\": %lld, \"backend\": \"CPU %s\", \"threads\": %d, "
-                   "\"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"avg_ts\": %.4f, \"stddev_ts\": %.4f, "
-                   "\"samples_ts\": [",
+                   "\"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"n_depth\": %d, \"kv_bytes_per_token\": %zu, "
+                   "\"avg_ts\": %.4f, \"stddev_ts\": %.4f, \"samples_ts\": [",
                    model_desc, in.weight_bytes, (long long)in.n_params, kvant_kernel_tier(), threads, name,
-                   gen ? 0 : n, gen ? n : 0, s.mean, s.sd);
+                   gen ? 0 : n, gen ? n : 0, depth, kv_tok, s.mean, s.sd);
             for (int i = 0; i < reps; i++) printf("%s%.4f", i ? ", " : "", ts[i]);
             printf("]}\n");
         } else {
@@ -180,9 +249,9 @@ int cmd_bench(int argc, char **argv) {
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    if (!json) printf("\npeak RSS %.1f MiB (attention %s, KV %s %s)\n", ru.ru_maxrss / 1024.0,
-                      cli_choice_name(cli_attns, sp.attn), cli_choice_name(cli_caches, sp.kv),
-                      cli_choice_name(cli_kv_types, sp.kv_type));
+    if (!json) printf("\npeak RSS %.1f MiB (attention %s, KV %s %s, %zu bytes per cached token)\n",
+                      ru.ru_maxrss / 1024.0, cli_choice_name(cli_attns, sp.attn), cli_choice_name(cli_caches, sp.kv),
+                      cli_choice_name(cli_kv_types, sp.kv_type), kv_tok);
     if (!json) printf("%s\n", kvant_cpu_report());
     rc = CLI_OK;
 done:

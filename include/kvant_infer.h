@@ -189,6 +189,12 @@ void kvant_seq_kv_stats(const kvant_seq *s, kvant_kv_stats *out);
 void kvant_seq_free(kvant_seq *s);
 void kvant_seq_reset(kvant_seq *s);      /* forget all cached positions */
 int  kvant_seq_pos(const kvant_seq *s);  /* tokens already in the cache */
+/* Keeps the first n cached positions and forgets the rest.  Returns the
+ * positions kept: n (or kvant_seq_pos if smaller), less for a paged cache,
+ * which keeps whole blocks (n rounded down to the block size), or -1 when
+ * the cache cannot (a streaming cache; a sliding-window pool that has
+ * already given back blocks before n); then nothing changes. */
+int  kvant_seq_truncate(kvant_seq *s, int n);
 size_t kvant_seq_kv_bytes(const kvant_seq *s); /* bytes of KV in use */
 size_t kvant_seq_kv_capacity_bytes(const kvant_seq *s);
 

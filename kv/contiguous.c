@@ -52,6 +52,7 @@ static void c_commit(kv_store *s, const int32_t *tokens, int n) {
 }
 
 static void c_clear(kv_store *s) { s->n_pos = 0; }
+static int c_truncate(kv_store *s, int len) { return s->n_pos = len < s->n_pos ? len : s->n_pos; }
 
 static void c_destroy(kv_store *s) {
     contig *c = (contig *)s;
@@ -59,7 +60,8 @@ static void c_destroy(kv_store *s) {
     free(c);
 }
 
-static const kv_store_ops k_contig_ops = {c_reserve, c_row, c_view, c_commit, c_clear, c_destroy, NULL, NULL};
+static const kv_store_ops k_contig_ops = {c_reserve, c_row, c_view, c_commit, c_clear, c_destroy, NULL, NULL, NULL,
+                                          c_truncate};
 
 kv_store *kv_contiguous_new(int n_layers, int n_ctx, int kv_dim, int type, kvant_status *st) {
     if (kv_check_type(type, kv_dim, st)) return NULL;

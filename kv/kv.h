@@ -50,6 +50,11 @@ typedef struct {
     /* bytes of the rows it holds, when not every layer holds every position
      * (sliding windows).  NULL: kv_bytes_per_token x n_pos */
     size_t (*bytes_held)(const kv_store *s);
+    /* keep rows 0 .. len-1 (len <= n_pos), forget the rest; returns the
+     * rows kept: len, or less where the store keeps whole blocks (paged:
+     * len rounded down to the block size), or -1 when it cannot (nothing
+     * changes).  NULL: cannot */
+    int (*truncate)(kv_store *s, int len);
 } kv_store_ops;
 
 struct kv_store {
@@ -80,6 +85,7 @@ static inline void kv_write_row(const kv_store *s, kern_from_float_fn to_row, co
 }
 static inline void kv_commit(kv_store *s, const int32_t *tokens, int n) { s->ops->commit(s, tokens, n); }
 static inline void kv_clear(kv_store *s) { s->ops->clear(s); }
+static inline int kv_truncate(kv_store *s, int len) { return s->ops->truncate ? s->ops->truncate(s, len) : -1; }
 static inline void kv_free(kv_store *s) { if (s) s->ops->destroy(s); }
 
 static inline int kv_prefix_match_tokens(kv_store *s, const int32_t *tokens, int n) {

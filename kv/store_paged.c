@@ -115,6 +115,19 @@ static int p_prefix(kv_store *s, const int32_t *tokens, int n) {
 
 static kv_store *p_fork(kv_store *s, kvant_status *st);
 
+/* whole blocks only (a registered full block must not be rewritten in
+ * place); the local pool cannot take back blocks it already released */
+static int p_truncate(kv_store *s, int len) {
+    paged_store *p = (paged_store *)s;
+    const int B = p->pool->block_size;
+    if (len >= s->n_pos) return s->n_pos;
+    len = len / B * B;
+    if (p->lpool && (p->lpool->block_size != B || len / B < kv_seq_n_released(p->lseq))) return -1;
+    kv_seq_truncate(p->pool, p->seq, len);
+    if (p->lpool) kv_seq_truncate(p->lpool, p->lseq, len);
+    return s->n_pos = len;
+}
+
 /* the global layers hold every position, the local ones what is left of their blocks */
 static size_t p_bytes(const kv_store *s) {
     const paged_store *p = (const paged_store *)s;
@@ -125,7 +138,7 @@ static size_t p_bytes(const kv_store *s) {
 }
 
 static const kv_store_ops k_paged_ops = {p_reserve, p_row, p_view, p_commit, p_clear, p_destroy, p_prefix, p_fork,
-                                         p_bytes};
+                                         p_bytes, p_truncate};
 
 static kv_store *wrap(kv_pool *pool, kv_seq *seq, bool own_pool, const paged_store *swa, kvant_status *st) {
     paged_store *p = calloc(1, sizeof *p);

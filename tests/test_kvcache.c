@@ -290,6 +290,53 @@ static void test_fork_divergent(void **state) {
     kvant_kv_pool_free(pool);
 }
 
+/* kvant_seq_truncate (kvant bench -d): contiguous keeps exactly n, paged
+ * whole blocks; after a cut the cache answers as if the forgotten tokens
+ * had never been there: logits equal a sequence that only ever saw the
+ * kept prefix (to float rounding of other batch splits), and the paged
+ * pool has its blocks back.  A streaming cache refuses and is unchanged. */
+static void test_truncate(void **state) {
+    (void)state;
+    kvant_status st;
+    float *x = malloc(sizeof(float) * g_V), *y = malloc(sizeof(float) * g_V);
+    for (int paged = 0; paged < 2; paged++) {
+        kvant_seq_params p = kvant_seq_default();
+        p.kv = paged ? KVANT_CACHE_PAGED : KVANT_CACHE_CONTIGUOUS;
+        p.kv_type = KVANT_KV_F32;
+        p.block_size = 16;
+        p.n_ctx = N;
+        kvant_seq *s = kvant_seq_new_ex(g_model, &p, &st), *fresh = kvant_seq_new_ex(g_model, &p, &st);
+        assert_non_null(s);
+        assert_int_equal(kvant_forward(s, g_ids, 70, NULL, false, &st), KVANT_OK);
+        const size_t bytes70 = kvant_seq_kv_bytes(s);
+        assert_int_equal(kvant_seq_truncate(s, 90), 70); /* more than it holds: all kept */
+        const int kept = kvant_seq_truncate(s, 41);
+        assert_int_equal(kept, paged ? 32 : 41);
+        assert_int_equal(kvant_seq_pos(s), kept);
+        assert_true(kvant_seq_kv_bytes(s) < bytes70);
+        assert_int_equal(kvant_seq_truncate(s, -1), -1);
+        /* continue with other tokens than the forgotten ones */
+        assert_int_equal(kvant_forward(s, g_ids + 50, 12, x, false, &st), KVANT_OK);
+        assert_int_equal(kvant_forward(fresh, g_ids, kept, NULL, false, &st), KVANT_OK);
+        assert_int_equal(kvant_forward(fresh, g_ids + 50, 12, y, false, &st), KVANT_OK);
+        for (int v = 0; v < g_V; v++) assert_float_equal(x[v], y[v], 1e-4);
+        assert_int_equal(kvant_seq_truncate(s, 0), 0);
+        assert_int_equal(kvant_seq_pos(s), 0);
+        kvant_seq_free(s);
+        kvant_seq_free(fresh);
+    }
+    kvant_seq_params sp = kvant_seq_default();
+    sp.sink = 4;
+    sp.window = 28;
+    kvant_seq *s = kvant_seq_new_ex(g_model, &sp, &st);
+    assert_non_null(s);
+    assert_int_equal(kvant_forward(s, g_ids, 20, NULL, false, &st), KVANT_OK);
+    assert_int_equal(kvant_seq_truncate(s, 10), -1);
+    assert_int_equal(kvant_seq_pos(s), 20);
+    kvant_seq_free(s);
+    free(x); free(y);
+}
+
 /* out of blocks: a clear KVANT_ERR_FULL, and the other sequence's cache is
  * untouched (its next logits equal a fresh computation) */
 static void test_out_of_blocks(void **state) {
@@ -329,6 +376,7 @@ int main(void) {
         cmocka_unit_test(test_prefix_cache_reuse),
         cmocka_unit_test(test_fork_divergent),
         cmocka_unit_test(test_out_of_blocks),
+        cmocka_unit_test(test_truncate),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
