@@ -1,25 +1,61 @@
-/* stream.c - memory bandwidth of this machine, the ceiling for decode.
+/* stream.c - memory read bandwidth of this machine, the ceiling for decode.
  *
- * usage: kvant-stream [-t THREADS] [-m MiB]
- * Prints GB/s (1e9 bytes/s) for two kernels, best of 10, threads splitting
- * the arrays:
- *   read   s += a[i]            (what decode does to the weights)
- *   triad  a[i] = b[i] + s*c[i] (STREAM's triad: 3 arrays counted)
- * Decode roofline = read GB/s / bytes of weights read per token. */
+ * usage: kvant-stream [-t THREADS] [-m MiB] [-r REPS] [-v]
+ *
+ * A decode step reads every weight once: a packed tile streams its 8-row
+ * groups with wide loads and software prefetch PF_DIST (2048) bytes ahead
+ * (kernels/repack_tile.h), each thread over its own share.  The meter reads
+ * the same way, and tries what could read faster, so that a decode cannot
+ * beat it:
+ *   - loads 256-bit (AVX2) and 512-bit (AVX-512, where XCR0 enables it;
+ *     64-bit scalar loads only on a CPU with neither);
+ *   - 1, 2, 4 or 8 streams per thread (the thread's share cut in S parts
+ *     read in lockstep: more DRAM pages open at once);
+ *   - with and without prefetching PF_DIST bytes ahead in every stream.
+ * Every variant runs REPS times (default 5, after one warm-up pass) over a buffer larger than the
+ * last-level cache (default: 4x the L3 that sysconf reports, at least
+ * 1 GiB; some of these machines have 300 MB of L3), each thread's share
+ * first written by that thread (its NUMA node) with nonzero random bytes,
+ * so no read is served by the zero page or a cache.
+ *
+ * Output: one line per variant (best and median GB/s, 1e9 bytes/s), then
+ *   read   X GB/s  (...)   the best of all variants and repetitions
+ *   triad  Y GB/s  (...)   STREAM's a = b + s*c (3 arrays counted)
+ * bench/compare.py parses the "read" line: roofline = read / bytes per token.
+ * -v prints every repetition. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
+#define PF_DIST 2048
+#define MAX_THREADS 256
+
+typedef enum { K_SCALAR, K_AVX2, K_AVX512, K_TRIAD } kind;
 
 typedef struct {
-    double *a, *b, *c;
+    uint8_t *buf;           /* the whole buffer; this thread's share is [lo, hi) */
     size_t lo, hi;
-    int kernel;
-    double sum;
-    pthread_barrier_t *bar;
+    kind k;
+    int streams;
+    bool prefetch;
+    uint64_t sink;
 } job;
+
+typedef struct {
+    pthread_barrier_t start, done;
+    job jobs[MAX_THREADS];
+    int threads;
+    volatile int quit;
+} team;
 
 static double now(void) {
     struct timespec ts;
@@ -27,66 +63,222 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void *work(void *arg) {
-    job *j = arg;
-    pthread_barrier_wait(j->bar);
-    if (j->kernel == 0) {
-        /* integer lanes: the compiler vectorizes this reduction, so the
-         * loop is limited by memory, not by add latency */
-        const uint64_t *u = (const uint64_t *)j->a;
-        uint64_t acc[8] = {0};
-        for (size_t i = j->lo; i + 8 <= j->hi; i += 8)
-            for (int l = 0; l < 8; l++) acc[l] += u[i + l];
-        uint64_t s = 0;
-        for (int l = 0; l < 8; l++) s += acc[l];
-        j->sum = (double)(s & 1);
-    } else {
-        for (size_t i = j->lo; i < j->hi; i++) j->a[i] = j->b[i] + 3.0 * j->c[i];
+/* ---- read kernels: S streams of len bytes from p, p + len, ... -------------- */
+static uint64_t read_scalar(const uint8_t *p, size_t len, int S, bool pf) {
+    uint64_t acc[8] = {0};
+    for (size_t o = 0; o < len; o += 64)
+        for (int s = 0; s < S; s++) {
+            const uint64_t *u = (const uint64_t *)(p + (size_t)s * len + o);
+            if (pf) __builtin_prefetch(p + (size_t)s * len + o + PF_DIST);
+            for (int l = 0; l < 8; l++) acc[l] += u[l];
+        }
+    uint64_t r = 0;
+    for (int l = 0; l < 8; l++) r += acc[l];
+    return r;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t len, int S, bool pf) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t o = 0; o < len; o += 128)
+        for (int s = 0; s < S; s++) {
+            const uint8_t *q = p + (size_t)s * len + o;
+            if (pf) {
+                _mm_prefetch((const char *)q + PF_DIST, _MM_HINT_T0);
+                _mm_prefetch((const char *)q + PF_DIST + 64, _MM_HINT_T0);
+            }
+            a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)q));
+            a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(q + 32)));
+            a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(q + 64)));
+            a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(q + 96)));
+        }
+    const __m256i a = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    return (uint64_t)_mm256_extract_epi64(a, 0) + (uint64_t)_mm256_extract_epi64(a, 3);
+}
+
+__attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p, size_t len, int S, bool pf) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0;
+    for (size_t o = 0; o < len; o += 128)
+        for (int s = 0; s < S; s++) {
+            const uint8_t *q = p + (size_t)s * len + o;
+            if (pf) {
+                _mm_prefetch((const char *)q + PF_DIST, _MM_HINT_T0);
+                _mm_prefetch((const char *)q + PF_DIST + 64, _MM_HINT_T0);
+            }
+            a0 = _mm512_add_epi64(a0, _mm512_load_si512((const void *)q));
+            a1 = _mm512_add_epi64(a1, _mm512_load_si512((const void *)(q + 64)));
+        }
+    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(a0, a1));
+}
+
+static uint64_t xcr0(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+static bool kind_ok(kind k) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    const uint64_t x = xcr0();
+    if (k == K_AVX2) return (x & 6) == 6 && __builtin_cpu_supports("avx2");
+    if (k == K_AVX512) return (x & 0xe6) == 0xe6 && __builtin_cpu_supports("avx512f");
+    return true;
+#else
+    return k == K_SCALAR || k == K_TRIAD;
+#endif
+}
+
+static void run_job(job *j) {
+    uint8_t *p = j->buf + j->lo;
+    const size_t len = (j->hi - j->lo) / (size_t)j->streams / 128 * 128;
+    switch (j->k) {
+    case K_SCALAR: j->sink += read_scalar(p, len, j->streams, j->prefetch); break;
+#if defined(__x86_64__)
+    case K_AVX2: j->sink += read_avx2(p, len, j->streams, j->prefetch); break;
+    case K_AVX512: j->sink += read_avx512(p, len, j->streams, j->prefetch); break;
+#endif
+    case K_TRIAD: { /* three thirds of the share: a = b + 3 c, as doubles */
+        const size_t n = (j->hi - j->lo) / 3 / sizeof(double);
+        double *a = (double *)p, *b = a + n, *c = b + n;
+        for (size_t i = 0; i < n; i++) a[i] = b[i] + 3.0 * c[i];
+        j->sink += (uint64_t)a[n / 2];
+        break;
     }
-    pthread_barrier_wait(j->bar);
+    default: break;
+    }
+}
+
+/* the team's threads wait at `start`, run their job, meet at `done` */
+typedef struct {
+    team *t;
+    int i;
+} slot;
+static void *loop(void *arg) {
+    slot *s = arg;
+    for (;;) {
+        pthread_barrier_wait(&s->t->start);
+        if (s->t->quit) return NULL;
+        run_job(&s->t->jobs[s->i]);
+        pthread_barrier_wait(&s->t->done);
+    }
+}
+
+/* seconds of one pass of every thread's job (the main thread times it) */
+static double pass(team *t) {
+    pthread_barrier_wait(&t->start);
+    const double t0 = now();
+    pthread_barrier_wait(&t->done);
+    return now() - t0;
+}
+
+/* first touch: each thread writes its own share with nonzero random bytes */
+static void *fill(void *arg) {
+    job *j = arg;
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ j->lo;
+    for (size_t o = j->lo; o + 8 <= j->hi; o += 8) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        memcpy(j->buf + o, &x, 8);
+    }
     return NULL;
 }
 
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 int main(int argc, char **argv) {
-    int threads = 2;
-    size_t mib = 256;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-m")) mib = (size_t)atol(argv[i + 1]);
+    int threads = 2, reps = 5;
+    bool verbose = false;
+    size_t mib = 0;
+    for (int i = 1; i < argc; i++) {
+        const bool has = i + 1 < argc;
+        if (!strcmp(argv[i], "-t") && has) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-m") && has) mib = (size_t)atol(argv[++i]);
+        else if (!strcmp(argv[i], "-r") && has) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-v")) verbose = true;
+        else {
+            fprintf(stderr, "usage: kvant-stream [-t THREADS] [-m MiB >= 16] [-r REPS] [-v]\n"
+                            "(the read bandwidth decode cannot beat; see bench/stream.c)\n");
+            return !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help") ? 0 : 2;
+        }
     }
-    if (threads < 1 || threads > 256 || mib < 16) {
-        fprintf(stderr, "usage: kvant-stream [-t THREADS] [-m MiB >= 16]\n");
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (l3 <= 0) l3 = 32l << 20;
+    if (!mib) mib = (size_t)(4 * l3 >> 20) > 1024 ? (size_t)(4 * l3 >> 20) : 1024;
+    if (threads < 1 || threads > MAX_THREADS || mib < 16 || reps < 1 || reps > 1000) {
+        fprintf(stderr, "kvant-stream: -t 1..%d, -m >= 16, -r 1..1000\n", MAX_THREADS);
         return 2;
     }
-    const size_t n = mib * 1048576 / sizeof(double);
-    double *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *c = malloc(n * sizeof *c);
-    if (!a || !b || !c) { fprintf(stderr, "kvant-stream: out of memory\n"); return 1; }
-    for (size_t i = 0; i < n; i++) { a[i] = 1.0; b[i] = 2.0; c[i] = 0.5; }
-    const char *names[2] = {"read", "triad"};
-    double sink = 0;
-    for (int k = 0; k < 2; k++) {
-        double best = 1e30;
-        for (int rep = 0; rep < 10; rep++) {
-            pthread_barrier_t bar;
-            pthread_barrier_init(&bar, NULL, (unsigned)threads + 1);
-            pthread_t th[256];
-            job jobs[256];
-            for (int t = 0; t < threads; t++) {
-                jobs[t] = (job){a, b, c, n * t / threads, n * (t + 1) / threads, k, 0, &bar};
-                pthread_create(&th[t], NULL, work, &jobs[t]);
-            }
-            pthread_barrier_wait(&bar);
-            const double t0 = now();
-            pthread_barrier_wait(&bar);
-            const double dt = now() - t0;
-            for (int t = 0; t < threads; t++) { pthread_join(th[t], NULL); sink += jobs[t].sum; }
-            pthread_barrier_destroy(&bar);
-            if (dt < best) best = dt;
-        }
-        const double bytes = (k == 0 ? 1.0 : 3.0) * n * sizeof(double);
-        printf("%-5s %6.1f GB/s  (%d threads, %zu MiB arrays, best of 10)\n", names[k], bytes / best / 1e9, threads, mib);
+    const size_t bytes = mib << 20;
+    uint8_t *buf = aligned_alloc(4096, bytes);
+    if (!buf) { fprintf(stderr, "kvant-stream: cannot allocate %zu MiB\n", mib); return 1; }
+    team t = {.threads = threads};
+    for (int i = 0; i < threads; i++) /* shares of whole 4 KiB pages */
+        t.jobs[i] = (job){buf, bytes / 4096 * (size_t)i / (size_t)threads * 4096,
+                          bytes / 4096 * (size_t)(i + 1) / (size_t)threads * 4096};
+    pthread_t th[MAX_THREADS];
+    for (int i = 0; i < threads; i++) pthread_create(&th[i], NULL, fill, &t.jobs[i]);
+    for (int i = 0; i < threads; i++) pthread_join(th[i], NULL);
+
+    pthread_barrier_init(&t.start, NULL, (unsigned)threads + 1);
+    pthread_barrier_init(&t.done, NULL, (unsigned)threads + 1);
+    slot slots[MAX_THREADS];
+    for (int i = 0; i < threads; i++) {
+        slots[i] = (slot){&t, i};
+        pthread_create(&th[i], NULL, loop, &slots[i]);
     }
-    if (sink == 42.0) printf("\n");
-    free(a); free(b); free(c);
+    const char *kname[] = {"scalar", "avx2", "avx512", "triad"};
+    const int stream_counts[] = {1, 2, 4, 8};
+    double best_all = 0, *ts = malloc(sizeof(double) * (size_t)reps);
+    char best_what[96] = "";
+    uint64_t sink = 0;
+    for (int k = K_SCALAR; k <= K_TRIAD; k++) {
+        if (!kind_ok((kind)k)) { printf("  %-6s not enabled on this CPU/OS, skipped\n", kname[k]); continue; }
+        if (k == K_SCALAR && kind_ok(K_AVX2)) continue; /* 64-bit loads only where nothing wider runs */
+        for (int si = 0; si < (k == K_TRIAD ? 1 : 4); si++)
+            for (int pf = 0; pf < (k == K_TRIAD ? 1 : 2); pf++) {
+                const int S = stream_counts[si];
+                size_t moved = 0;
+                for (int i = 0; i < threads; i++) {
+                    job *j = &t.jobs[i];
+                    j->k = (kind)k, j->streams = S, j->prefetch = pf;
+                    moved += k == K_TRIAD ? (j->hi - j->lo) / 3 / sizeof(double) * 3 * sizeof(double)
+                                          : (j->hi - j->lo) / (size_t)S / 128 * 128 * (size_t)S;
+                }
+                pass(&t); /* warm-up: page tables, clocks */
+                for (int r = 0; r < reps; r++) {
+                    ts[r] = moved / pass(&t) / 1e9;
+                    if (verbose) printf("  %s S=%d pf=%d rep %d: %.1f GB/s\n", kname[k], S, pf, r, ts[r]);
+                }
+                qsort(ts, (size_t)reps, sizeof *ts, cmp_d);
+                const double best = ts[reps - 1], med = ts[reps / 2];
+                if (k == K_TRIAD) {
+                    printf("triad  %6.1f GB/s  (median %.1f; %d threads, %zu MiB, best of %d)\n", best, med, threads,
+                           mib, reps);
+                    continue;
+                }
+                printf("  %-6s %d stream%s/thread, prefetch %-3s  best %6.1f  median %6.1f GB/s\n", kname[k], S,
+                       S > 1 ? "s" : " ", pf ? "on" : "off", best, med);
+                if (best > best_all) {
+                    best_all = best;
+                    snprintf(best_what, sizeof best_what, "%s, %d stream%s/thread, prefetch %s", kname[k], S,
+                             S > 1 ? "s" : "", pf ? "on" : "off");
+                }
+            }
+    }
+    for (int i = 0; i < threads; i++) sink += t.jobs[i].sink;
+    printf("read   %6.1f GB/s  (best of all above: %s; %d threads, %zu MiB > L3 %ld MiB, best of %d)\n", best_all,
+           best_what, threads, mib, l3 >> 20, reps);
+    t.quit = 1;
+    pthread_barrier_wait(&t.start);
+    for (int i = 0; i < threads; i++) pthread_join(th[i], NULL);
+    if (sink == 42) printf("\n");
+    free(ts);
+    free(buf);
     return 0;
 }
