@@ -66,6 +66,12 @@ typedef struct {
     float scale;    /* scores = q.k * scale; 0 = 1/sqrt(D) */
     float softcap;  /* scores = softcap * tanh(scores / softcap) before the softmax (gemma2); 0 = none */
     int window;     /* > 0: query t attends only to q_pos0 + t - window + 1 .. q_pos0 + t (sliding window) */
+    /* flash: positions per KV chunk, rounded up to a multiple of the tile
+     * (0 = default, 8 tiles; < 0 = one chunk: the plain online softmax).
+     * Each chunk's softmax is computed alone and the chunks are folded in
+     * order by log-sum-exp, so that a decode can spread one head's chunks
+     * over threads (flash-decoding) with the same bits as one thread. */
+    int split;
 } kern_attn_dims;
 
 /* The first cache index query position qp attends to. */
@@ -117,5 +123,8 @@ void kern_attn_naive(core_pool *pool, void *scratch, const float *q, const kern_
                      const kern_attn_dims *d, float *sink_mass, int n_sink);
 void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_kv_view *kv, float *out,
                      const kern_attn_dims *d);
+/* how many kern_attn_flash calls so far split a head's chunks across
+ * threads (flash-decoding); for tests and benchmarks */
+int64_t kern_attn_flash_split_calls(void);
 
 #endif

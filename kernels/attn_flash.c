@@ -38,6 +38,22 @@
  * counter, costliest (latest queries) first; each output row is computed by
  * one thread in a fixed order, so results do not depend on thread count.
  *
+ * Chunks (flash-decoding): the positions are cut in chunks of d->split
+ * positions (default 8 tiles = 512; a multiple of the tile, aligned at
+ * multiples of itself).  Each chunk's online softmax above starts afresh
+ * (m = -inf, l = 0, A = 0) and the chunks are folded in order by
+ * log-sum-exp (merge_partial): M' = max(M, m), L' = L 2^(M-M') + l 2^(m-M'),
+ * Acc' likewise.  A unit whose positions fit one chunk is the plain online
+ * softmax, bit for bit.  A unit either runs its chunks one after another
+ * in one thread, or, when there are fewer units than 4 per thread and a
+ * single block of queries (one sequence decoding; gemma3-1b has one KV
+ * head), every (chunk, head) is an item of its own that any thread takes,
+ * its partial kept in that thread's split area, and the calling thread
+ * folds them afterwards in chunk order with the same merge_partial.  The
+ * chunking depends only on positions, never on threads, so both ways give
+ * the same bits, and a query decoded alone still equals itself in a
+ * prefill block.
+ *
  * A score is one fixed chain whatever R, the block or the thread: 8 lanes,
  * lane i summing q[d] k[d] over d = i mod 8 in order, then ((l0 + l1) +
  * (l2 + l3)) + ((l4 + l5) + (l6 + l7)).  So a query's output is the same
@@ -48,6 +64,7 @@
  * The inner loops come from an attn_flash_ops table (kernels/attn_flash.h):
  * the portable C one below, written so gcc vectorizes it, or the AVX2 one
  * (kernels/attn_flash_avx2.c) when the active kernel tier is avx2 or above. */
+#include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -57,6 +74,7 @@
 #include "kernels/quants.h"
 
 #define FLASH_TILE_DEFAULT 64
+#define FLASH_CHUNK_TILES 8 /* default KV chunk: 8 tiles (512 positions) */
 #define FLASH_ROWS 128 /* query rows per unit to aim for (Tq = FLASH_ROWS / G) */
 
 /* ---- portable C inner loops ----------------------------------------------
@@ -212,8 +230,11 @@ static size_t pad16(size_t n) { return (n + 15) & ~(size_t)15; } /* floats: 64-b
 
 typedef struct {
     int G, Tq, R, tile, TP, Dp; /* R = Tq * G rows per unit */
-    size_t qs, kz, kd, vs, s, a, m, l, kp, vp, freq, total; /* offsets in floats */
+    size_t qs, kz, kd, vs, s, a, m, l, kp, vp, freq, mm, ll, acc, split, total; /* offsets in floats */
 } flash_layout;
+
+/* Split mode's partials: this many floats per thread (whatever T, P) */
+#define FLASH_SPLIT_FLOATS (32 * 1024)
 
 static flash_layout layout(const kern_attn_dims *d) {
     flash_layout L;
@@ -236,6 +257,10 @@ static flash_layout layout(const kern_attn_dims *d) {
     L.kp = o; o += pad16((size_t)L.TP * (sizeof(void *) / sizeof(float)));
     L.vp = o; o += pad16((size_t)L.TP * (sizeof(void *) / sizeof(float)));
     L.freq = o; o += pad16((size_t)d->D / 2 + 1);
+    L.mm = o; o += pad16((size_t)L.R);
+    L.ll = o; o += pad16((size_t)L.R);
+    L.acc = o; o += pad16((size_t)L.R * L.Dp);
+    L.split = o; o += FLASH_SPLIT_FLOATS;
     L.total = o;
     return L;
 }
@@ -258,6 +283,11 @@ typedef struct {
     bool direct_k, direct_v; /* F32 rows used in place (no copy) */
     bool f16_k, f16_v;       /* F16 rows read in place, converted in registers */
     int n_units, n_qb;
+    int chunk;               /* positions per KV chunk (a multiple of the tile) */
+    /* split mode: n_items (chunk, head) items over nth threads' slots */
+    bool split;
+    int n_items, nth, c0, ps, pe;
+    size_t slot_floats;
     _Atomic int next;
 } flash_job;
 
@@ -359,37 +389,47 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
     for (jj = n; jj < nc; jj++) kp[jj] = sc + L->kz; /* zeros as floats, and as halves */
 }
 
-static void flash_unit(const flash_job *j, float *sc, int u) {
+/* Qs = the unit's query rows (queries t0 .. t1-1 of KV head hk) scaled
+ * into log2 units: q * log2(e) * scale; with soft-capping q * scale / cap
+ * (then cap * log2(e) * tanh(.) per score) */
+static void unit_queries(const flash_job *j, float *Qs, int t0, int t1, int hk) {
     const kern_attn_dims *dm = j->d;
-    const flash_layout *L = &j->L;
-    const attn_flash_ops *ops = j->ops;
-    const int G = L->G, D = dm->D, Dp = L->Dp, TP = L->TP, H = dm->H;
-    const int qb = j->n_qb - 1 - u / dm->Hkv, hk = u % dm->Hkv; /* latest queries first */
-    const int t0 = qb * L->Tq, t1 = t0 + L->Tq < dm->T ? t0 + L->Tq : dm->T;
-    const int R = (t1 - t0) * G;
-    float *Qs = sc + L->qs, *S = sc + L->s, *A = sc + L->a, *m = sc + L->m, *l = sc + L->l;
-
-    /* scores in log2 units: q * log2(e) * scale; with soft-capping the
-     * scores are q.k * scale / cap first, then cap * log2(e) * tanh(.) */
+    const int G = j->L.G, D = dm->D, Dp = j->L.Dp;
     const float cap = dm->softcap, scale = kern_attn_scale(dm);
     const float qscale = cap > 0.0f ? scale / cap : 1.4426950408889634f * scale;
     for (int t = t0; t < t1; t++)
         for (int g = 0; g < G; g++) {
             const int r = (t - t0) * G + g;
-            const float *qr = j->q + ((size_t)t * H + (size_t)hk * G + g) * D;
+            const float *qr = j->q + ((size_t)t * dm->H + (size_t)hk * G + g) * D;
             for (int d = 0; d < Dp; d++) Qs[(size_t)r * Dp + d] = d < D ? qr[d] * qscale : 0.0f;
-            for (int d = 0; d < Dp; d++) A[(size_t)r * Dp + d] = 0.0f;
-            m[r] = -INFINITY;
-            l[r] = 0.0f;
         }
+}
 
-    const int p_end = dm->q_pos0 + t1; /* positions first .. p_end-1 are needed */
+/* The online softmax of the unit's rows over the tiles of positions
+ * [ps, pe) (ps on a tile boundary): m[R] running max, l[R] running sum,
+ * A[R][Dp] unnormalized output, all started here.  A row whose query sees
+ * nothing of the range keeps m = -inf, l = 0, A = 0. */
+static void unit_range(const flash_job *j, float *sc, int t0, int t1, int hk, int ps, int pe, float *m, float *l,
+                       float *A) {
+    const kern_attn_dims *dm = j->d;
+    const flash_layout *L = &j->L;
+    const attn_flash_ops *ops = j->ops;
+    const int G = L->G, Dp = L->Dp, TP = L->TP;
+    const int R = (t1 - t0) * G;
+    const float cap = dm->softcap;
+    float *Qs = sc + L->qs, *S = sc + L->s;
+    for (int r = 0; r < R; r++) {
+        for (int d = 0; d < Dp; d++) A[(size_t)r * Dp + d] = 0.0f;
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
     const int first = kern_attn_first_pos(dm, dm->q_pos0 + t0);
-    for (int p0 = first / L->tile * L->tile; p0 < p_end; p0 += L->tile) { /* tiles aligned as without a window */
-        const int n = p_end - p0 < L->tile ? p_end - p0 : L->tile, nc = round8(n);
+    for (int p0 = ps; p0 < pe; p0 += L->tile) {
+        const int n = pe - p0 < L->tile ? pe - p0 : L->tile, nc = round8(n);
         load_tile(j, sc, hk, p0, n, nc, first);
         /* rows whose query sees p0: q_pos0 + t >= p0 (a suffix of the rows) */
         const int t_first = p0 - dm->q_pos0 > t0 ? p0 - dm->q_pos0 : t0;
+        if (t_first >= t1) continue; /* no query of the unit reaches this tile */
         const int r0 = (t_first - t0) * G;
         if (j->f16_k)
             ops->scores_rows_f16(R - r0, Dp, nc, Qs + (size_t)r0 * Dp, Dp, (const uint16_t *const *)(sc + L->kp),
@@ -425,29 +465,118 @@ static void flash_unit(const flash_job *j, float *sc, int u) {
         else
             ops->pv(R - r0, Dp, n, S + (size_t)r0 * TP, TP, (const float *const *)(sc + L->vp), A + (size_t)r0 * Dp, Dp);
     }
+}
 
+/* Folds one chunk's partial (m, l, A: unit_range's) into the running
+ * result (M, Ls, Acc) of R rows, exactly by log-sum-exp (scores are in
+ * log2 units): M' = max(M, m), Ls' = Ls 2^(M - M') + l 2^(m - M'),
+ * Acc' = Acc 2^(M - M') + A 2^(m - M').  A row the chunk did not reach
+ * (m = -inf) is left as it is; the first reached is copied.  Noinline:
+ * the sequential and the split kernel must fold with the same code, so
+ * the same bits. */
+__attribute__((noinline)) static void merge_partial(int R, int Dp, const float *m, const float *l, const float *A,
+                                                    float *M, float *Ls, float *Acc) {
+    for (int r = 0; r < R; r++) {
+        const float *a = A + (size_t)r * Dp;
+        float *o = Acc + (size_t)r * Dp;
+        if (m[r] == -INFINITY) continue;
+        if (M[r] == -INFINITY) {
+            M[r] = m[r], Ls[r] = l[r];
+            memcpy(o, a, sizeof(float) * (size_t)Dp);
+            continue;
+        }
+        const float mx = m[r] > M[r] ? m[r] : M[r], ca = exp2f(M[r] - mx), cb = exp2f(m[r] - mx);
+        Ls[r] = Ls[r] * ca + l[r] * cb;
+        for (int d = 0; d < Dp; d++) o[d] = o[d] * ca + a[d] * cb;
+        M[r] = mx;
+    }
+}
+
+/* out rows of the unit = A / l */
+static void unit_out(const flash_job *j, int t0, int t1, int hk, const float *l, const float *A) {
+    const int G = j->L.G, D = j->d->D, Dp = j->L.Dp, H = j->d->H;
     for (int t = t0; t < t1; t++)
         for (int g = 0; g < G; g++) {
             const int r = (t - t0) * G + g;
             const float inv = 1.0f / l[r];
-            float *o = j->out + ((size_t)t * H + (size_t)hk * G + g) * D;
+            float *o = j->out + ((size_t)t * H + (size_t)(hk * G + g)) * D;
             for (int d = 0; d < D; d++) o[d] = A[(size_t)r * Dp + d] * inv;
         }
+}
+
+/* the first tile and the chunks a unit of queries t0 .. t1-1 reads */
+static void unit_span(const flash_job *j, int t0, int t1, int *ps, int *pe, int *c0, int *c1) {
+    *pe = j->d->q_pos0 + t1; /* positions first .. pe-1 are needed */
+    *ps = kern_attn_first_pos(j->d, j->d->q_pos0 + t0) / j->L.tile * j->L.tile; /* tiles aligned as without a window */
+    *c0 = *ps / j->chunk;
+    *c1 = (*pe - 1) / j->chunk;
+}
+
+/* one unit in one thread: its chunks in order, folded as they come */
+static void flash_unit(const flash_job *j, float *sc, int u) {
+    const kern_attn_dims *dm = j->d;
+    const flash_layout *L = &j->L;
+    const int qb = j->n_qb - 1 - u / dm->Hkv, hk = u % dm->Hkv; /* latest queries first */
+    const int t0 = qb * L->Tq, t1 = t0 + L->Tq < dm->T ? t0 + L->Tq : dm->T;
+    const int R = (t1 - t0) * L->G;
+    float *A = sc + L->a, *m = sc + L->m, *l = sc + L->l;
+    unit_queries(j, sc + L->qs, t0, t1, hk);
+    int ps, pe, c0, c1;
+    unit_span(j, t0, t1, &ps, &pe, &c0, &c1);
+    if (c0 == c1) { /* one chunk: the plain online softmax */
+        unit_range(j, sc, t0, t1, hk, ps, pe, m, l, A);
+        unit_out(j, t0, t1, hk, l, A);
+        return;
+    }
+    float *M = sc + L->mm, *Ls = sc + L->ll, *Acc = sc + L->acc;
+    for (int r = 0; r < R; r++) M[r] = -INFINITY, Ls[r] = 0.0f;
+    for (int c = c0; c <= c1; c++) {
+        const int a = c * j->chunk > ps ? c * j->chunk : ps, b = (c + 1) * j->chunk < pe ? (c + 1) * j->chunk : pe;
+        unit_range(j, sc, t0, t1, hk, a, b, m, l, A);
+        merge_partial(R, L->Dp, m, l, A, M, Ls, Acc);
+    }
+    unit_out(j, t0, t1, hk, Ls, Acc);
+}
+
+/* thread ith's 64-byte aligned scratch */
+static float *thread_scratch(const flash_job *j, int ith) {
+    const uintptr_t base = (uintptr_t)(j->scratch + (size_t)ith * j->per_thread);
+    return (float *)((base + 63) & ~(uintptr_t)63);
+}
+
+/* split mode (one block of queries, T <= Tq): item i is chunk c0 + i / Hkv
+ * of KV head i % Hkv; its partial (m[R], l[R], A[R][Dp]) lives in thread
+ * (i % nth)'s split area, slot i / nth */
+static float *item_slot(const flash_job *j, int i) {
+    return thread_scratch(j, i % j->nth) + j->L.split + (size_t)(i / j->nth) * j->slot_floats;
+}
+
+static void split_item(const flash_job *j, float *sc, int i) {
+    const int hk = i % j->d->Hkv, c = j->c0 + i / j->d->Hkv, R = j->d->T * j->L.G;
+    float *slot = item_slot(j, i), *m = slot, *l = slot + pad16((size_t)R), *A = slot + 2 * pad16((size_t)R);
+    unit_queries(j, sc + j->L.qs, 0, j->d->T, hk);
+    const int a = c * j->chunk > j->ps ? c * j->chunk : j->ps, b = (c + 1) * j->chunk < j->pe ? (c + 1) * j->chunk : j->pe;
+    unit_range(j, sc, 0, j->d->T, hk, a, b, m, l, A);
 }
 
 static void flash_task(void *ctx, int ith, int nth) {
     (void)nth; /* units come from the shared counter */
     flash_job *j = ctx;
-    const uintptr_t base = (uintptr_t)(j->scratch + (size_t)ith * j->per_thread);
-    float *sc = (float *)((base + 63) & ~(uintptr_t)63);
+    float *sc = thread_scratch(j, ith);
     const kern_rope_params *rp = j->kv->rope_k;
     if (rp)
         for (int i = 0; i < rp->rope_dim / 2; i++)
             sc[j->L.freq + i] = kern_rope_freq(rp, i);
     for (int d = 0; d < j->L.Dp; d++) sc[j->L.kz + d] = 0.0f;
-    for (int u; (u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n_units;)
-        flash_unit(j, sc, u);
+    const int n = j->split ? j->n_items : j->n_units;
+    for (int u; (u = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < n;) {
+        if (j->split) split_item(j, sc, u);
+        else flash_unit(j, sc, u);
+    }
 }
+
+static _Atomic int64_t g_split_calls;
+int64_t kern_attn_flash_split_calls(void) { return atomic_load(&g_split_calls); }
 
 static const attn_flash_ops *pick_ops(void) {
 #if defined(__x86_64__)
@@ -473,8 +602,41 @@ void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_
     j.f16_v = kv->type == KT_F16 && d->D % 8 == 0 && d->D <= 256;
     j.n_qb = (d->T + j.L.Tq - 1) / j.L.Tq;
     j.n_units = j.n_qb * d->Hkv;
+    j.chunk = d->split < 0 ? INT_MAX / 2 / j.L.tile * j.L.tile
+              : d->split == 0 ? FLASH_CHUNK_TILES * j.L.tile
+                              : (d->split + j.L.tile - 1) / j.L.tile * j.L.tile;
     atomic_init(&j.next, 0);
     const double work = (double)d->T * d->H * d->D * (d->q_pos0 + d->T);
-    if (work < KERN_MT_MIN_WORK) flash_task(&j, 0, 1);
-    else core_pool_run(pool, flash_task, &j);
+    if (work < KERN_MT_MIN_WORK) {
+        flash_task(&j, 0, 1);
+        return;
+    }
+    /* Too few units for the threads (one sequence decoding with fewer KV
+     * heads than threads, or heads that do not divide evenly): split each
+     * head's chunks across threads, then fold the partials in chunk order
+     * here, with the code flash_unit folds with, so the bits are the same
+     * as without the split (and independent of the thread count). */
+    j.nth = core_pool_size(pool);
+    if (j.n_qb == 1 && j.nth > 1 && j.n_units < 4 * j.nth) {
+        const int R = d->T * j.L.G;
+        unit_span(&j, 0, d->T, &j.ps, &j.pe, &j.c0, &j.n_items);
+        j.n_items = (j.n_items - j.c0 + 1) * d->Hkv;
+        j.slot_floats = 2 * pad16((size_t)R) + pad16((size_t)R * j.L.Dp);
+        j.split = j.n_items > j.n_units &&
+                  (size_t)((j.n_items + j.nth - 1) / j.nth) * j.slot_floats <= FLASH_SPLIT_FLOATS;
+    }
+    core_pool_run(pool, flash_task, &j);
+    if (!j.split) return;
+    atomic_fetch_add_explicit(&g_split_calls, 1, memory_order_relaxed);
+    float *sc = thread_scratch(&j, 0);
+    const int R = d->T * j.L.G, nch = j.n_items / d->Hkv;
+    float *M = sc + j.L.mm, *Ls = sc + j.L.ll, *Acc = sc + j.L.acc;
+    for (int hk = 0; hk < d->Hkv; hk++) {
+        for (int r = 0; r < R; r++) M[r] = -INFINITY, Ls[r] = 0.0f;
+        for (int c = 0; c < nch; c++) {
+            const float *slot = item_slot(&j, c * d->Hkv + hk);
+            merge_partial(R, j.L.Dp, slot, slot + pad16((size_t)R), slot + 2 * pad16((size_t)R), M, Ls, Acc);
+        }
+        unit_out(&j, 0, d->T, hk, Ls, Acc);
+    }
 }

@@ -430,7 +430,7 @@ static void test_scratch_bytes(void **state) {
     (void)state;
     const kern_attn_dims d1 = {1024, 32, 4, 64, 0, 0}, d8 = {8192, 32, 4, 64, 0, 0};
     assert_true(kern_attn_flash_scratch_bytes(&d1) == kern_attn_flash_scratch_bytes(&d8));
-    assert_true(kern_attn_flash_scratch_bytes(&d8) < 256 * 1024);
+    assert_true(kern_attn_flash_scratch_bytes(&d8) < 512 * 1024); /* incl. 128 KiB of split partials */
     assert_true(kern_attn_naive_scratch_bytes(&d8, 8192) >= (size_t)8192 * 8192 * 4);
     assert_true(kern_attn_scratch_bytes(&d8, 8192) >= kern_attn_naive_scratch_bytes(&d8, 8192));
     /* sized once for the largest T serves every smaller T (the model allocates once) */
@@ -547,8 +547,83 @@ static void test_flash_rows_batch_invariant(void **state) {
             }
 }
 
+/* Flash-decoding: the context is cut in chunks of `split` positions, each
+ * chunk's softmax computed alone and the chunks folded in order by
+ * log-sum-exp; with few KV heads and several threads, one head's chunks
+ * run on different threads.  For many splits, tiles, block sizes, cache
+ * types and lengths (decode T = 1 and a block of 3 queries, MQA / GQA /
+ * MHA, windows and soft-caps):
+ *   - equal to the unsplit kernel (split < 0) within the flash tolerance;
+ *   - for a fixed split, bit-identical whatever the thread count (1: the
+ *     chunks in one thread; 2, 3, 8: split across threads), and a query
+ *     decoded alone equals it inside the block;
+ *   - and the split path did run (kern_attn_flash_split_calls). */
+static void test_flash_split(void **state) {
+    (void)state;
+    const int shapes[][3] = {{8, 1, 64}, {8, 2, 64}, {4, 4, 40}, {6, 3, 12}, {4, 1, 256}}; /* H, Hkv, D */
+    const int types[] = {KT_F32, KT_F16, KT_Q8_0}, layouts[] = {CONTIG, PAGED5, HEADS16};
+    const int lens[] = {1, 65, 200, 700, 1500}, splits[] = {0, 64, 100, 192}, tiles_[] = {0, 16, 40};
+    const int threads[] = {2, 3, 8};
+    kern_tier tl[2];
+    const int nt = tiers(tl);
+    const int64_t calls0 = kern_attn_flash_split_calls();
+    int n_cases = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+            const int H = shapes[si][0], Hkv = shapes[si][1], D = shapes[si][2], E = Hkv * D, P = lens[li];
+            const int type = valid_type(types[(si + li) % 3], Hkv, D);
+            const int layout = valid_layout(layouts[(si * 2 + li) % 3], type, D);
+            const int T = P >= 3 && li % 2 ? 3 : 1, window = si == 3 && P > 300 ? 250 : 0;
+            const float softcap = si == 2 ? 3.0f : 0.0f;
+            const size_t per = (size_t)H * D, nq = (size_t)T * per;
+            float *q = malloc(sizeof(float) * nq), *K = malloc(sizeof(float) * P * E), *V = malloc(sizeof(float) * P * E);
+            float *ref = malloc(sizeof(float) * nq), *o1 = malloc(sizeof(float) * nq), *on = malloc(sizeof(float) * nq);
+            fill(q, nq); fill(K, (size_t)P * E); fill(V, (size_t)P * E);
+            for (size_t i = 0; i < nq; i++) q[i] *= 3.0f; /* peaked softmax: the chunks' maxima differ */
+            cache c;
+            cache_build(&c, type, layout, Hkv, D, P, K, V, NULL);
+            for (int ti = 0; ti < nt; ti++) {
+                assert_true(kern_set_tier(tl[ti]));
+                for (size_t ki = 0; ki < sizeof tiles_ / sizeof *tiles_; ki++) {
+                    kern_attn_dims d = {.T = T, .H = H, .Hkv = Hkv, .D = D, .q_pos0 = P - T, .tile = tiles_[ki],
+                                        .softcap = softcap, .window = window, .split = -1};
+                    run_flash(1, q, &c.v, ref, &d);
+                    for (size_t pi = 0; pi < sizeof splits / sizeof *splits; pi++) {
+                        d.split = splits[pi];
+                        char what[256];
+                        snprintf(what, sizeof what, "tier %s %s %s H=%d Hkv=%d D=%d P=%d T=%d tile=%d split=%d window=%d",
+                                 kern_tier_name(tl[ti]), kern_type_name(type), layout_name[layout], H, Hkv, D, P, T,
+                                 tiles_[ki], splits[pi], window);
+                        run_flash(1, q, &c.v, o1, &d);
+                        check_close(o1, ref, nq, 1e-5f, what);
+                        for (size_t hi = 0; hi < sizeof threads / sizeof *threads; hi++) {
+                            run_flash(threads[hi], q, &c.v, on, &d);
+                            if (memcmp(on, o1, sizeof(float) * nq))
+                                fail_msg("%s: %d threads != 1 thread", what, threads[hi]);
+                        }
+                        if (T > 1) { /* the last query alone */
+                            kern_attn_dims one = d;
+                            one.T = 1, one.q_pos0 = P - 1;
+                            run_flash(2, q + (size_t)(T - 1) * per, &c.v, on, &one);
+                            if (memcmp(on, o1 + (size_t)(T - 1) * per, sizeof(float) * per))
+                                fail_msg("%s: last query alone != in its block", what);
+                        }
+                        n_cases++;
+                    }
+                }
+            }
+            kern_set_tier(kern_best_tier());
+            cache_free(&c);
+            free(q); free(K); free(V); free(ref); free(o1); free(on);
+        }
+    const int64_t split_runs = kern_attn_flash_split_calls() - calls0;
+    print_message("%d split cases, %lld kernel calls took the split path\n", n_cases, (long long)split_runs);
+    assert_true(split_runs > n_cases); /* most multi-chunk cases at 2, 3 and 8 threads */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flash_split),
         cmocka_unit_test(test_flash_rows_batch_invariant),
         cmocka_unit_test(test_flash_f16_in_place),
         cmocka_unit_test(test_view_read),
