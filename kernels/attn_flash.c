@@ -62,10 +62,13 @@
  * transposed: one query row (a decoding MHA head) reads K rows in place.
  *
  * The inner loops come from an attn_flash_ops table (kernels/attn_flash.h):
- * the portable C one below, written so gcc vectorizes it, or the AVX2 one
- * (kernels/attn_flash_avx2.c) when the active kernel tier is avx2 or above. */
+ * the portable C one below, written so gcc vectorizes it, the AVX2 one
+ * (kernels/attn_flash_avx2.c) when the active kernel tier is avx2, and at
+ * avx512 the AVX2 table with 512-bit products (kernels/attn_flash_avx512.c),
+ * bit-identical to it. */
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -578,9 +581,23 @@ static void flash_task(void *ctx, int ith, int nth) {
 static _Atomic int64_t g_split_calls;
 int64_t kern_attn_flash_split_calls(void) { return atomic_load(&g_split_calls); }
 
+#if defined(__x86_64__)
+static attn_flash_ops g_ops_avx512; /* the AVX2 table with the AVX-512 products */
+static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
+static void ops_avx512_init(void) {
+    g_ops_avx512 = attn_flash_ops_avx2;
+    attn_flash_avx512_install(&g_ops_avx512);
+}
+#endif
+
 static const attn_flash_ops *pick_ops(void) {
 #if defined(__x86_64__)
-    if (kern_active_tier() >= KERN_TIER_AVX2) return &attn_flash_ops_avx2;
+    const kern_tier t = kern_active_tier();
+    if (t >= KERN_TIER_AVX512) {
+        pthread_once(&g_ops_once, ops_avx512_init);
+        return &g_ops_avx512;
+    }
+    if (t >= KERN_TIER_AVX2) return &attn_flash_ops_avx2;
 #endif
     return &attn_flash_ops_c;
 }

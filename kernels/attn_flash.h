@@ -44,6 +44,10 @@ typedef struct {
 extern const attn_flash_ops attn_flash_ops_c;
 #if defined(__x86_64__)
 extern const attn_flash_ops attn_flash_ops_avx2; /* needs AVX2, FMA, F16C */
+/* kernels/attn_flash_avx512.c: overwrites the two products (scores, pv;
+ * float and F16 rows) with 512-bit versions bit-identical to the AVX2
+ * ones; needs AVX-512 F/BW/DQ/VL */
+void attn_flash_avx512_install(attn_flash_ops *ops);
 #endif
 
 #endif

@@ -621,8 +621,49 @@ static void test_flash_split(void **state) {
     assert_true(split_runs > n_cases); /* most multi-chunk cases at 2, 3 and 8 threads */
 }
 
+/* The avx512 tier's 512-bit products (kernels/attn_flash_avx512.c) give
+ * the AVX2 table's bits exactly: decode and prefill row counts (every
+ * 8/4/2/1-row block and the 16-key blocks of one row), MQA / GQA / MHA,
+ * D with tails of 8 and 16 and up to 256, F32 / F16 / Q8_0 caches, tiles
+ * with a partial last block of keys, multi-chunk contexts.  Skipped where
+ * the CPU has no AVX-512 (the AVX2 table is then what runs). */
+static void test_flash_avx512_equals_avx2(void **state) {
+    (void)state;
+    if (kern_best_tier() < KERN_TIER_AVX512) {
+        print_message("no AVX-512 on this CPU: skipped\n");
+        return;
+    }
+    const int shapes[][3] = {{8, 1, 64}, {8, 8, 64}, {32, 4, 64}, {4, 2, 40}, {6, 3, 24}, {4, 1, 256}, {2, 2, 8}};
+    const int Ts[] = {1, 2, 3, 5, 8, 13, 37}, types[] = {KT_F32, KT_F16, KT_Q8_0}, tiles_[] = {0, 24};
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
+            const int H = shapes[si][0], Hkv = shapes[si][1], D = shapes[si][2], E = Hkv * D, T = Ts[ti];
+            const int P = 40 + 97 * (int)ti + (si == 0 ? 1200 : 0), type = valid_type(types[(si + ti) % 3], Hkv, D);
+            const size_t nq = (size_t)T * H * D;
+            float *q = malloc(sizeof(float) * nq), *K = malloc(sizeof(float) * P * E), *V = malloc(sizeof(float) * P * E);
+            float *a = malloc(sizeof(float) * nq), *b = malloc(sizeof(float) * nq);
+            fill(q, nq); fill(K, (size_t)P * E); fill(V, (size_t)P * E);
+            cache c;
+            cache_build(&c, type, valid_layout(ti % 2 ? HEADS16 : PAGED5, type, D), Hkv, D, P, K, V, NULL);
+            for (size_t ki = 0; ki < sizeof tiles_ / sizeof *tiles_; ki++) {
+                const kern_attn_dims d = {.T = T, .H = H, .Hkv = Hkv, .D = D, .q_pos0 = P - T, .tile = tiles_[ki]};
+                assert_true(kern_set_tier(KERN_TIER_AVX2));
+                run_flash(2, q, &c.v, a, &d);
+                assert_true(kern_set_tier(KERN_TIER_AVX512));
+                run_flash(2, q, &c.v, b, &d);
+                if (memcmp(a, b, sizeof(float) * nq))
+                    fail_msg("avx512 != avx2: %s H=%d Hkv=%d D=%d T=%d P=%d tile=%d", kern_type_name(type), H, Hkv, D, T,
+                             P, tiles_[ki]);
+            }
+            cache_free(&c);
+            free(q); free(K); free(V); free(a); free(b);
+        }
+    kern_set_tier(kern_best_tier());
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flash_avx512_equals_avx2),
         cmocka_unit_test(test_flash_split),
         cmocka_unit_test(test_flash_rows_batch_invariant),
         cmocka_unit_test(test_flash_f16_in_place),

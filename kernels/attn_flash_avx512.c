@@ -1,0 +1,226 @@
+/* attn_flash_avx512.c - kern_attn_flash's two products (scores Q.K^T and
+ * P.V) with 512-bit registers, BIT-IDENTICAL to the AVX2 table
+ * (kernels/attn_flash_avx2.c); the other members (max, exp2, scale,
+ * conversions) are the AVX2 ones (attn_flash.c builds the table).
+ *
+ * Why it pays: a decoding head (1 query row, or G rows with GQA) does a
+ * handful of FMAs per cached position, and at the AVX2 tier every K and V
+ * row of halves costs as many F16 -> F32 conversions as FMAs; with 512-bit
+ * registers one vcvtph2ps and one FMA cover two rows.
+ *
+ * How the bits stay those of AVX2:
+ *   scores  the chain of kernels/attn_flash.h is 8 lanes per score (lane i
+ *           sums q[d] k[d] over d = i mod 8), so a zmm holds TWO keys' 8
+ *           lanes (low half key j, high half key j + 1) and the query's 8
+ *           floats broadcast to both halves; the FMAs are the same per
+ *           lane, and the halves are reduced with the AVX2 tree (reduce8
+ *           on the 256-bit halves).
+ *   pv      each output element is one FMA chain over j in order; 16
+ *           elements per zmm instead of 8 per ymm changes nothing.
+ * Compiled with the AVX-512 flags (F, BW, VL, DQ); used at the avx512
+ * tier only. */
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__F16C__) && defined(__FMA__)
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "kernels/attn_flash.h"
+
+#define AI static inline __attribute__((always_inline))
+
+/* 8 floats (or halves, converted) of row `row` from element c */
+AI __m256 ld8(const void *row, int c, const bool f16) {
+    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + c)))
+               : _mm256_loadu_ps((const float *)row + c);
+}
+/* 16 floats of one row from element c */
+AI __m512 ld16(const void *row, int c, const bool f16) {
+    return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + c)))
+               : _mm512_loadu_ps((const float *)row + c);
+}
+/* elements c .. c+7 of rows a (low half) and b (high half) */
+AI __m512 ld_pair(const void *a, const void *b, int c, const bool f16) {
+    if (f16) {
+        const __m128i x = _mm_loadu_si128((const __m128i *)((const uint16_t *)a + c));
+        const __m128i y = _mm_loadu_si128((const __m128i *)((const uint16_t *)b + c));
+        return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(x), y, 1));
+    }
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)a + c)),
+                              _mm256_loadu_ps((const float *)b + c), 1);
+}
+
+/* the AVX2 tree of the 8 accumulators a[0..7] (each one score's 8 lanes) */
+AI __m256 reduce8(const __m256 *a) {
+    const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
+}
+
+/* S[rb][2 kp + h] for RB rows x KP key pairs (RB * KP <= 8 accumulators):
+ * key 2 kp + h of the block is K[2 kp + h] */
+AI void score_block(const int RB, const int KP, int Dp, const float *Q, int ldq, const void *const *K, float *S,
+                    int lds, const bool f16) {
+    __m512 acc[8];
+    for (int i = 0; i < RB * KP; i++) acc[i] = _mm512_setzero_ps();
+    for (int d = 0; d < Dp; d += 8) {
+        __m512 kv[8];
+        for (int kp = 0; kp < KP; kp++) kv[kp] = ld_pair(K[2 * kp], K[2 * kp + 1], d, f16);
+        for (int rb = 0; rb < RB; rb++) {
+            const __m512 q = _mm512_broadcast_f32x8(_mm256_loadu_ps(Q + (size_t)rb * ldq + d));
+            for (int kp = 0; kp < KP; kp++) acc[rb * KP + kp] = _mm512_fmadd_ps(q, kv[kp], acc[rb * KP + kp]);
+        }
+    }
+    /* the 256-bit halves in score order: (rb, kp, h) -> 2 (rb KP + kp) + h */
+    __m256 y[16];
+    for (int i = 0; i < RB * KP; i++) {
+        y[2 * i] = _mm512_castps512_ps256(acc[i]);
+        y[2 * i + 1] = _mm512_extractf32x8_ps(acc[i], 1);
+    }
+    float t[16];
+    for (int g = 0; g < 2 * RB * KP; g += 8) _mm256_storeu_ps(t + g, reduce8(y + g));
+    if (RB == 1) {
+        for (int i = 0; i < 2 * KP; i++) S[i] = t[i];
+        return;
+    }
+    for (int rb = 0; rb < RB; rb++)
+        for (int k = 0; k < 2 * KP; k++) S[(size_t)rb * lds + k] = t[2 * rb * KP + k];
+}
+
+AI void scores_body(int R, int Dp, int nc, const float *Q, int ldq, const void *const *K, float *S, int lds,
+                    const bool f16) {
+    for (int r = 0; r < R;) { /* 8, 4, 2 or 1 rows; nc is a multiple of 8 */
+        const float *q = Q + (size_t)r * ldq;
+        float *s = S + (size_t)r * lds;
+        if (R - r >= 8) {
+            for (int j = 0; j < nc; j += 2) score_block(8, 1, Dp, q, ldq, K + j, s + j, lds, f16);
+            r += 8;
+        } else if (R - r >= 4) {
+            for (int j = 0; j < nc; j += 4) score_block(4, 2, Dp, q, ldq, K + j, s + j, lds, f16);
+            r += 4;
+        } else if (R - r >= 2) {
+            for (int j = 0; j < nc; j += 8) score_block(2, 4, Dp, q, ldq, K + j, s + j, lds, f16);
+            r += 2;
+        } else { /* one row: 16 keys at a time (8 chains in flight), then 8 */
+            int j = 0;
+            for (; j + 16 <= nc; j += 16) score_block(1, 8, Dp, q, ldq, K + j, s + j, lds, f16);
+            for (; j < nc; j += 8) score_block(1, 4, Dp, q, ldq, K + j, s + j, lds, f16);
+            r += 1;
+        }
+    }
+}
+
+static void scores_rows_avx512(int R, int Dp, int nc, const float *Q, int ldq, const float *const *K, float *S,
+                               int lds) {
+    scores_body(R, Dp, nc, Q, ldq, (const void *const *)K, S, lds, false);
+}
+static void scores_rows_f16_avx512(int R, int Dp, int nc, const float *Q, int ldq, const uint16_t *const *K, float *S,
+                                   int lds) {
+    scores_body(R, Dp, nc, Q, ldq, (const void *const *)K, S, lds, true);
+}
+
+/* A[r][c] += sum_j P[r][j] V[j][c], each element one FMA chain over j */
+AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const *V, float *A, int lda, const bool f16) {
+    int r = 0;
+    for (; r + 4 <= R; r += 4) {
+        const float *p0 = P + (size_t)r * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
+        float *o0 = A + (size_t)r * lda, *o1 = o0 + lda, *o2 = o1 + lda, *o3 = o2 + lda;
+        int c = 0;
+        for (; c + 32 <= Dp; c += 32) {
+            __m512 a00 = _mm512_loadu_ps(o0 + c), a01 = _mm512_loadu_ps(o0 + c + 16);
+            __m512 a10 = _mm512_loadu_ps(o1 + c), a11 = _mm512_loadu_ps(o1 + c + 16);
+            __m512 a20 = _mm512_loadu_ps(o2 + c), a21 = _mm512_loadu_ps(o2 + c + 16);
+            __m512 a30 = _mm512_loadu_ps(o3 + c), a31 = _mm512_loadu_ps(o3 + c + 16);
+            for (int j = 0; j < n; j++) {
+                const __m512 v0 = ld16(V[j], c, f16), v1 = ld16(V[j], c + 16, f16);
+                __m512 b = _mm512_set1_ps(p0[j]);
+                a00 = _mm512_fmadd_ps(b, v0, a00); a01 = _mm512_fmadd_ps(b, v1, a01);
+                b = _mm512_set1_ps(p1[j]);
+                a10 = _mm512_fmadd_ps(b, v0, a10); a11 = _mm512_fmadd_ps(b, v1, a11);
+                b = _mm512_set1_ps(p2[j]);
+                a20 = _mm512_fmadd_ps(b, v0, a20); a21 = _mm512_fmadd_ps(b, v1, a21);
+                b = _mm512_set1_ps(p3[j]);
+                a30 = _mm512_fmadd_ps(b, v0, a30); a31 = _mm512_fmadd_ps(b, v1, a31);
+            }
+            _mm512_storeu_ps(o0 + c, a00); _mm512_storeu_ps(o0 + c + 16, a01);
+            _mm512_storeu_ps(o1 + c, a10); _mm512_storeu_ps(o1 + c + 16, a11);
+            _mm512_storeu_ps(o2 + c, a20); _mm512_storeu_ps(o2 + c + 16, a21);
+            _mm512_storeu_ps(o3 + c, a30); _mm512_storeu_ps(o3 + c + 16, a31);
+        }
+        for (; c + 16 <= Dp; c += 16) {
+            __m512 a0 = _mm512_loadu_ps(o0 + c), a1 = _mm512_loadu_ps(o1 + c);
+            __m512 a2 = _mm512_loadu_ps(o2 + c), a3 = _mm512_loadu_ps(o3 + c);
+            for (int j = 0; j < n; j++) {
+                const __m512 v0 = ld16(V[j], c, f16);
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[j]), v0, a0);
+                a1 = _mm512_fmadd_ps(_mm512_set1_ps(p1[j]), v0, a1);
+                a2 = _mm512_fmadd_ps(_mm512_set1_ps(p2[j]), v0, a2);
+                a3 = _mm512_fmadd_ps(_mm512_set1_ps(p3[j]), v0, a3);
+            }
+            _mm512_storeu_ps(o0 + c, a0); _mm512_storeu_ps(o1 + c, a1);
+            _mm512_storeu_ps(o2 + c, a2); _mm512_storeu_ps(o3 + c, a3);
+        }
+        for (; c < Dp; c += 8) { /* Dp is a multiple of 8 */
+            __m256 a0 = _mm256_loadu_ps(o0 + c), a1 = _mm256_loadu_ps(o1 + c);
+            __m256 a2 = _mm256_loadu_ps(o2 + c), a3 = _mm256_loadu_ps(o3 + c);
+            for (int j = 0; j < n; j++) {
+                const __m256 v0 = ld8(V[j], c, f16);
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(p0[j]), v0, a0);
+                a1 = _mm256_fmadd_ps(_mm256_set1_ps(p1[j]), v0, a1);
+                a2 = _mm256_fmadd_ps(_mm256_set1_ps(p2[j]), v0, a2);
+                a3 = _mm256_fmadd_ps(_mm256_set1_ps(p3[j]), v0, a3);
+            }
+            _mm256_storeu_ps(o0 + c, a0); _mm256_storeu_ps(o1 + c, a1);
+            _mm256_storeu_ps(o2 + c, a2); _mm256_storeu_ps(o3 + c, a3);
+        }
+    }
+    for (; r < R; r++) {
+        const float *p0 = P + (size_t)r * ldp;
+        float *o0 = A + (size_t)r * lda;
+        int c = 0;
+        for (; c + 128 <= Dp; c += 128) { /* one pass over V for 128 columns: 8 chains in flight */
+            __m512 a[8];
+            for (int i = 0; i < 8; i++) a[i] = _mm512_loadu_ps(o0 + c + 16 * i);
+            for (int j = 0; j < n; j++) {
+                const __m512 b = _mm512_set1_ps(p0[j]);
+                for (int i = 0; i < 8; i++) a[i] = _mm512_fmadd_ps(b, ld16(V[j], c + 16 * i, f16), a[i]);
+            }
+            for (int i = 0; i < 8; i++) _mm512_storeu_ps(o0 + c + 16 * i, a[i]);
+        }
+        for (; c + 64 <= Dp; c += 64) {
+            __m512 a[4];
+            for (int i = 0; i < 4; i++) a[i] = _mm512_loadu_ps(o0 + c + 16 * i);
+            for (int j = 0; j < n; j++) {
+                const __m512 b = _mm512_set1_ps(p0[j]);
+                for (int i = 0; i < 4; i++) a[i] = _mm512_fmadd_ps(b, ld16(V[j], c + 16 * i, f16), a[i]);
+            }
+            for (int i = 0; i < 4; i++) _mm512_storeu_ps(o0 + c + 16 * i, a[i]);
+        }
+        for (; c + 16 <= Dp; c += 16) {
+            __m512 a0 = _mm512_loadu_ps(o0 + c);
+            for (int j = 0; j < n; j++) a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[j]), ld16(V[j], c, f16), a0);
+            _mm512_storeu_ps(o0 + c, a0);
+        }
+        for (; c < Dp; c += 8) {
+            __m256 a0 = _mm256_loadu_ps(o0 + c);
+            for (int j = 0; j < n; j++) a0 = _mm256_fmadd_ps(_mm256_set1_ps(p0[j]), ld8(V[j], c, f16), a0);
+            _mm256_storeu_ps(o0 + c, a0);
+        }
+    }
+}
+
+static void pv_avx512(int R, int Dp, int n, const float *P, int ldp, const float *const *V, float *A, int lda) {
+    pv_body(R, Dp, n, P, ldp, (const void *const *)V, A, lda, false);
+}
+static void pv_f16_avx512(int R, int Dp, int n, const float *P, int ldp, const uint16_t *const *V, float *A, int lda) {
+    pv_body(R, Dp, n, P, ldp, (const void *const *)V, A, lda, true);
+}
+
+void attn_flash_avx512_install(attn_flash_ops *ops) {
+    ops->scores_rows = scores_rows_avx512;
+    ops->scores_rows_f16 = scores_rows_f16_avx512;
+    ops->pv = pv_avx512;
+    ops->pv_f16 = pv_f16_avx512;
+}
+#else
+typedef int attn_flash_avx512_unused; /* not an x86-64 AVX-512 build: nothing here */
+#endif
