@@ -197,6 +197,32 @@ static void test_run_modes(void **state) {
     free(err);
 }
 
+/* `kvant bench -d`: one JSON row per depth and test, each naming its depth
+ * and the KV bytes per cached token (stories260K F16 K/V: 640), and bad
+ * depth lists refused as usage errors */
+static void test_bench_depth(void **state) {
+    (void)state;
+    int rc;
+    char args[4096];
+    const char *m = shared_path("models/stories260K.gguf");
+    snprintf(args, sizeof args, "bench -m %s -p 16 -n 4 -r 1 -t 2 -d 0,40,300 --json 2>/dev/null", m);
+    char *out = kv(args, &rc);
+    assert_int_equal(rc, 0);
+    const char *want[] = {"\"test\": \"pp16\"", "\"test\": \"tg4\"", "\"test\": \"pp16 @ d40\"",
+                          "\"test\": \"tg4 @ d40\"", "\"test\": \"pp16 @ d300\"", "\"test\": \"tg4 @ d300\"",
+                          "\"n_depth\": 300", "\"kv_bytes_per_token\": 640"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        if (!strstr(out, want[i])) fail_msg("bench -d output lacks %s: %s", want[i], out);
+    int rows = 0;
+    for (const char *p = out; (p = strstr(p, "avg_ts")); p++) rows++;
+    assert_int_equal(rows, 6);
+    free(out);
+    snprintf(args, sizeof args, "bench -m %s -d 5,x", m);
+    expect_exit(args, 2, "-d wants depths");
+    snprintf(args, sizeof args, "bench -m %s -d -3", m);
+    expect_exit(args, 2, "-d wants depths");
+}
+
 /* `kvant prune --iterative` runs the training loop's masked fine-tuning and
  * reaches the asked sparsity of the layer matrices (reported on stderr). */
 static void test_prune_iterative(void **state) {
@@ -253,6 +279,7 @@ int main(void) {
         cmocka_unit_test(test_malformed_gguf_files),
         cmocka_unit_test(test_malformed_llama2c),
         cmocka_unit_test(test_info_stories260k),
+        cmocka_unit_test(test_bench_depth),
         cmocka_unit_test(test_run_modes),
         cmocka_unit_test(test_builtin_model),
         cmocka_unit_test(test_prune_iterative),
