@@ -221,6 +221,71 @@ static void attn_bench(int reps) {
     free(scratch);
 }
 
+/* Decode attention at depth: ONE sequence of P cached positions (paged F16,
+ * head-major blocks of 16), L layers, with 1 and `threads` threads: the
+ * K/V bytes read per second, to set beside kvant-stream's read bandwidth.
+ * Shapes: stories110M (12 heads, MHA), tinyllama (32 query heads on 4 KV
+ * heads) and an MQA head (8 on 1, gemma3-1b's KV layout), where only the
+ * chunk split (flash-decoding) lets two threads share the work. */
+static void attn_depth_bench(int threads, int reps) {
+    enum { P = 8192, L = 4, B = 16 };
+    const int shapes[][3] = {{12, 12, 64}, {32, 4, 64}, {8, 1, 256}}; /* H, Hkv, D */
+    const char *names[] = {"stories110M (12/12 x 64)", "tinyllama (32/4 x 64)", "MQA (8/1 x 256)"};
+    printf("\ndecode attention at depth %d (kern_attn_flash, T = 1, one sequence, paged F16 head-major, %d layers)\n\n"
+           "| shape | threads | us per layer | K/V GB/s | split calls |\n|---|--:|--:|--:|--:|\n", P, L);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int H = shapes[si][0], Hkv = shapes[si][1], D = shapes[si][2];
+        kvant_status st;
+        const kv_pool_params pp = {.n_layers = L, .n_kv_heads = Hkv, .head_dim = D, .type = KT_F16, .block_size = B,
+                                   .n_blocks = P / B + 1, .max_ctx = P + B, .max_seqs = 1};
+        kv_pool *p = kv_pool_new(&pp, &st);
+        if (!p) die_st(&st);
+        kv_seq *seq = kv_seq_new(p, &st);
+        if (!seq || kv_seq_reserve(p, seq, P, &st) != KVANT_OK) die_st(&st);
+        const size_t hs = p->head_stride ? p->head_stride : (size_t)D * 2;
+        for (int pos = 0; pos < P; pos++)
+            for (int l = 0; l < L; l++) {
+                uint8_t *k, *v;
+                kv_pool_row(p, seq, l, pos, &k, &v);
+                for (int h = 0; h < Hkv; h++)
+                    for (int e = 0; e < D; e++) {
+                        ((uint16_t *)(k + h * hs))[e] = kern_fp32_to_fp16(frand());
+                        ((uint16_t *)(v + h * hs))[e] = kern_fp32_to_fp16(frand());
+                    }
+            }
+        int32_t *toks = calloc(P, sizeof *toks);
+        kv_seq_commit(p, seq, toks, P);
+        free(toks);
+        float *q = malloc(sizeof(float) * H * D), *out = malloc(sizeof(float) * H * D);
+        for (int i = 0; i < H * D; i++) q[i] = frand();
+        const kern_attn_dims d = {1, H, Hkv, D, P - 1, 0};
+        for (int nt = 1; nt <= threads; nt += threads > 1 ? threads - 1 : 1) {
+            core_pool *pool = core_pool_new(nt);
+            void *scratch = malloc((size_t)nt * kern_attn_flash_scratch_bytes(&d));
+            const int64_t s0 = kern_attn_flash_split_calls();
+            double best = 1e30;
+            for (int r = 0; r < reps; r++) {
+                const double t0 = core_time_ms();
+                for (int l = 0; l < L; l++) {
+                    kern_kv_view v;
+                    kv_pool_view(p, seq, l, &v);
+                    kern_attn_flash(pool, scratch, q, &v, out, &d);
+                }
+                const double dt = core_time_ms() - t0;
+                if (dt < best) best = dt;
+            }
+            const double bytes = 2.0 * P * Hkv * D * 2 * L;
+            printf("| %s | %d | %.0f | %.1f | %lld |\n", names[si], nt, best * 1e3 / L, bytes / best / 1e6,
+                   (long long)(kern_attn_flash_split_calls() - s0));
+            fflush(stdout);
+            free(scratch);
+            core_pool_free(pool);
+        }
+        free(q); free(out);
+        kv_pool_free(p);
+    }
+}
+
 int main(int argc, char **argv) {
     int threads = 2, reps = 5;
     bool attn = false, peak = false;
@@ -233,13 +298,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--peak")) peak = true;
         else {
             fprintf(stderr, "usage: kvant-kernels [-t THREADS] [-r REPS] [--peak] [--types F16,Q8_0,Q4_0,Q4_K,Q6_K]\n"
-                            "       kvant-kernels --attn [-r REPS]\n");
+                            "       kvant-kernels --attn [-t THREADS] [-r REPS]\n");
             return 2;
         }
     }
     if (threads < 1 || reps < 1) { fprintf(stderr, "kvant-kernels: -t and -r must be >= 1\n"); return 2; }
     if (attn) {
         attn_bench(reps);
+        attn_depth_bench(threads, reps);
         return 0;
     }
     core_pool *pool = core_pool_new(threads);

@@ -347,6 +347,7 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
     const size_t hoff = kern_kv_head_offset(kv, hk, D, &e0);
     /* F32 / F16 rows read in place: the head's first byte */
     const size_t hb = hoff + (size_t)e0 * (j->f16_k ? 2 : 4), hv = hoff + (size_t)e0 * (j->f16_v ? 2 : 4);
+    const size_t kbytes = (size_t)D * (j->f16_k ? 2 : 4), vbytes = (size_t)D * (j->f16_v ? 2 : 4);
     /* walk the tile block by block: one table lookup per block, not a
      * division per row */
     const uint8_t *kr = NULL, *vr = NULL;
@@ -360,16 +361,16 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
             vr = view_row(kv, kv->v_base, p);
             slot = p % kv->block_size;
         }
-        /* the tile's rows are read after the loop, a head's 2-4 cache
+        /* the tile's rows are read after the loop, a head's 2-8 cache
          * lines every row_bytes: ask for them now (the hardware prefetcher
          * loses such a stride at every block) */
-        if (j->direct_k || j->f16_k) {
-            __builtin_prefetch(kr + hb);
-            __builtin_prefetch(kr + hb + (j->f16_k ? D * 2 : D * 4) - 1);
+        if (j->direct_k || j->f16_k) { /* every line of the head's row (D = 256 F16: 8 or 9 lines) */
+            for (size_t o = 0; o < kbytes; o += 64) __builtin_prefetch(kr + hb + o);
+            if ((uintptr_t)(kr + hb) & 63) __builtin_prefetch(kr + hb + kbytes - 1); /* a row across lines */
         }
         if (j->direct_v || j->f16_v) {
-            __builtin_prefetch(vr + hv);
-            __builtin_prefetch(vr + hv + (j->f16_v ? D * 2 : D * 4) - 1);
+            for (size_t o = 0; o < vbytes; o += 64) __builtin_prefetch(vr + hv + o);
+            if ((uintptr_t)(vr + hv) & 63) __builtin_prefetch(vr + hv + vbytes - 1);
         }
         if (j->direct_k) kp[jj] = (const float *)(kr + hb);
         else if (j->f16_k) ((const uint16_t **)kp)[jj] = (const uint16_t *)(kr + hb);

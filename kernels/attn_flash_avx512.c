@@ -56,11 +56,12 @@ AI __m256 reduce8(const __m256 *a) {
     return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
 }
 
-/* S[rb][2 kp + h] for RB rows x KP key pairs (RB * KP <= 8 accumulators):
- * key 2 kp + h of the block is K[2 kp + h] */
+/* S[rb][2 kp + h] for RB rows x KP key pairs (RB * KP <= 16 accumulators,
+ * half the register file: a K pair loaded and converted once feeds RB
+ * FMAs, a query chunk KP): key 2 kp + h of the block is K[2 kp + h] */
 AI void score_block(const int RB, const int KP, int Dp, const float *Q, int ldq, const void *const *K, float *S,
                     int lds, const bool f16) {
-    __m512 acc[8];
+    __m512 acc[16];
     for (int i = 0; i < RB * KP; i++) acc[i] = _mm512_setzero_ps();
     for (int d = 0; d < Dp; d += 8) {
         __m512 kv[8];
@@ -71,19 +72,21 @@ AI void score_block(const int RB, const int KP, int Dp, const float *Q, int ldq,
         }
     }
     /* the 256-bit halves in score order: (rb, kp, h) -> 2 (rb KP + kp) + h */
-    __m256 y[16];
+    __m256 y[32];
     for (int i = 0; i < RB * KP; i++) {
         y[2 * i] = _mm512_castps512_ps256(acc[i]);
         y[2 * i + 1] = _mm512_extractf32x8_ps(acc[i], 1);
     }
-    float t[16];
-    for (int g = 0; g < 2 * RB * KP; g += 8) _mm256_storeu_ps(t + g, reduce8(y + g));
-    if (RB == 1) {
-        for (int i = 0; i < 2 * KP; i++) S[i] = t[i];
-        return;
+    /* 8 scores per reduce8, in order: row i / (2 KP), column i % (2 KP) */
+    for (int g = 0; g < 2 * RB * KP; g += 8) {
+        const __m256 r = reduce8(y + g);
+        if (2 * KP >= 8) { /* 8 columns of one row */
+            _mm256_storeu_ps(S + (size_t)(g / (2 * KP)) * lds + g % (2 * KP), r);
+        } else { /* KP = 2: 4 columns of two rows */
+            _mm_storeu_ps(S + (size_t)(g / 4) * lds, _mm256_castps256_ps128(r));
+            _mm_storeu_ps(S + (size_t)(g / 4 + 1) * lds, _mm256_extractf128_ps(r, 1));
+        }
     }
-    for (int rb = 0; rb < RB; rb++)
-        for (int k = 0; k < 2 * KP; k++) S[(size_t)rb * lds + k] = t[2 * rb * KP + k];
 }
 
 AI void scores_body(int R, int Dp, int nc, const float *Q, int ldq, const void *const *K, float *S, int lds,
@@ -92,13 +95,15 @@ AI void scores_body(int R, int Dp, int nc, const float *Q, int ldq, const void *
         const float *q = Q + (size_t)r * ldq;
         float *s = S + (size_t)r * lds;
         if (R - r >= 8) {
-            for (int j = 0; j < nc; j += 2) score_block(8, 1, Dp, q, ldq, K + j, s + j, lds, f16);
+            for (int j = 0; j < nc; j += 4) score_block(8, 2, Dp, q, ldq, K + j, s + j, lds, f16);
             r += 8;
         } else if (R - r >= 4) {
-            for (int j = 0; j < nc; j += 4) score_block(4, 2, Dp, q, ldq, K + j, s + j, lds, f16);
+            for (int j = 0; j < nc; j += 8) score_block(4, 4, Dp, q, ldq, K + j, s + j, lds, f16);
             r += 4;
         } else if (R - r >= 2) {
-            for (int j = 0; j < nc; j += 8) score_block(2, 4, Dp, q, ldq, K + j, s + j, lds, f16);
+            int j = 0;
+            for (; j + 16 <= nc; j += 16) score_block(2, 8, Dp, q, ldq, K + j, s + j, lds, f16);
+            for (; j < nc; j += 8) score_block(2, 4, Dp, q, ldq, K + j, s + j, lds, f16);
             r += 2;
         } else { /* one row: 16 keys at a time (8 chains in flight), then 8 */
             int j = 0;
@@ -125,6 +130,23 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
         const float *p0 = P + (size_t)r * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
         float *o0 = A + (size_t)r * lda, *o1 = o0 + lda, *o2 = o1 + lda, *o3 = o2 + lda;
         int c = 0;
+        for (; c + 64 <= Dp; c += 64) { /* 4 rows x 64 columns: 16 chains, each V load feeds 4 FMAs */
+            __m512 a[4][4];
+            float *o[4] = {o0, o1, o2, o3};
+            const float *p[4] = {p0, p1, p2, p3};
+            for (int i = 0; i < 4; i++)
+                for (int k = 0; k < 4; k++) a[i][k] = _mm512_loadu_ps(o[i] + c + 16 * k);
+            for (int j = 0; j < n; j++) {
+                __m512 v[4];
+                for (int k = 0; k < 4; k++) v[k] = ld16(V[j], c + 16 * k, f16);
+                for (int i = 0; i < 4; i++) {
+                    const __m512 b = _mm512_set1_ps(p[i][j]);
+                    for (int k = 0; k < 4; k++) a[i][k] = _mm512_fmadd_ps(b, v[k], a[i][k]);
+                }
+            }
+            for (int i = 0; i < 4; i++)
+                for (int k = 0; k < 4; k++) _mm512_storeu_ps(o[i] + c + 16 * k, a[i][k]);
+        }
         for (; c + 32 <= Dp; c += 32) {
             __m512 a00 = _mm512_loadu_ps(o0 + c), a01 = _mm512_loadu_ps(o0 + c + 16);
             __m512 a10 = _mm512_loadu_ps(o1 + c), a11 = _mm512_loadu_ps(o1 + c + 16);
