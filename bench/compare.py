@@ -2,7 +2,8 @@
 """Side-by-side prefill/decode benchmark: kvant vs llama.cpp's llama-bench.
 
 usage: bench/compare.py --llama-bench PATH [--kvant build/kvant] [-t 2] [-p 512] [-n 128] [-r 3]
-                        [-d 0,2048,8192] [--fa off,on] MODEL.gguf|KVANT.gguf=LLAMA.gguf [...]
+                        [-d 0,2048,8192] [--fa off,on] [--tiers avx2,avx512] [--tg-only]
+                        MODEL.gguf|KVANT.gguf=LLAMA.gguf [...]
 
 For every model, runs `kvant bench --json` and `llama-bench -o jsonl` with the
 same file (or, for a pair KVANT.gguf=LLAMA.gguf, kvant on the first and
@@ -24,6 +25,8 @@ cache; a decode step then reads the weights and the KV of D + n/2 positions on
 average (KV bytes per position from kvant bench), which is what that row's
 roofline counts.  --fa off,on runs llama-bench once per flash-attention
 setting (one column and one ratio each); without it llama-bench's default.
+--tiers avx2,avx512 runs kvant once per kernel tier (KVANT_TIER), with the
+ratio of the last to the first.
 """
 import argparse, json, os, struct, subprocess, sys
 
@@ -48,11 +51,12 @@ def gguf_weight_bytes(path):
     return total
 
 
-def run_kvant(model, test, depth):
-    """(mean t/s, sd, KV bytes per cached position)"""
+def run_kvant(model, test, depth, tier=""):
+    """(mean t/s, sd, KV bytes per cached position); tier: KVANT_TIER, or "" for the best"""
+    env = dict(os.environ, KVANT_TIER=tier) if tier else None
     args = [ARGS.kvant, "bench", "-m", model, "-t", str(ARGS.threads), "-r", str(ARGS.reps), "--json", "-d", str(depth)]
     args += ["-p", str(ARGS.p), "-n", "0"] if test == "pp" else ["-p", "0", "-n", str(ARGS.n)]
-    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(args, capture_output=True, text=True, check=True, env=env).stdout
     j = json.loads(out.strip().splitlines()[0])
     return j["avg_ts"], j["stddev_ts"], j.get("kv_bytes_per_token", 0)
 
@@ -87,17 +91,21 @@ ap.add_argument("-r", "--reps", type=int, default=3)
 ap.add_argument("--tg-only", action="store_true", help="decode (tg) rows only, no prefill")
 ap.add_argument("-d", "--depth", default="0", help="comma-separated depths (tokens already cached)")
 ap.add_argument("--fa", default="", help="llama-bench flash attention settings, comma-separated (e.g. off,on)")
+ap.add_argument("--tiers", default="", help="kvant kernel tiers, comma-separated (e.g. avx2,avx512): one column each")
 ap.add_argument("models", nargs="+")
 ARGS = ap.parse_args()
+TIERS = ARGS.tiers.split(",") if ARGS.tiers else [""]
 DEPTHS = [int(d) for d in ARGS.depth.split(",")]
 FAS = ARGS.fa.split(",") if ARGS.fa else [""]
 lcol = ["llama.cpp" + (f" FA {fa}" if fa else "") for fa in FAS]
 
-print("| model | test | kvant t/s | kvant ms/token | " + " | ".join(f"{c} t/s | kvant / {c}" for c in lcol) +
-      " | KV MiB read/token | read GB/s | kvant roofline t/s | kvant % of roofline | " +
-      " | ".join(f"{c} % of its roofline" for c in lcol) + " |")
-print("| --- | --- | ---: | ---: | " + " | ".join("---: | ---:" for c in lcol) + " | ---: | ---: | ---: | ---: | " +
-      " | ".join("---:" for c in lcol) + " |")
+kcol = ["kvant" + (f" {t}" if t else "") for t in TIERS]
+head = ["model", "test"] + [f"{c} t/s" for c in kcol] + [f"{c} ms/token" for c in kcol] + [f"{c} t/s" for c in lcol]
+head += [f"{k} / {l}" for k in kcol for l in lcol] + ([f"{kcol[-1]} / {kcol[0]}"] if len(kcol) > 1 else [])
+head += ["KV MiB read/token", "read GB/s", "kvant roofline t/s"] + [f"{c} % of roofline" for c in kcol]
+head += [f"{c} % of its roofline" for c in lcol]
+print("| " + " | ".join(head) + " |")
+print("| --- | --- | " + " | ".join("---:" for _ in head[2:]) + " |")
 for m in ARGS.models:
     km, lm = m.split("=", 1) if "=" in m else (m, m)
     wbytes = gguf_weight_bytes(km)
@@ -106,15 +114,19 @@ for m in ARGS.models:
     for depth in DEPTHS:
         for test in (("tg",) if ARGS.tg_only else ("pp", "tg")):
             bw0 = bandwidth() if test == "tg" else 0
-            k = run_kvant(km, test, depth)
+            ks = [run_kvant(km, test, depth, t) for t in TIERS]
             ls = [run_llama(lm, test, depth, fa) for fa in FAS]
             bw = (bw0 + bandwidth()) / 2 if test == "tg" else 0
             name = f"{test}{ARGS.p if test == 'pp' else ARGS.n}" + (f" @ d{depth}" if depth else "")
-            kvb = k[2] * (depth + ARGS.n / 2) if test == "tg" else 0  # KV read per decode step, on average
+            kvb = ks[0][2] * (depth + ARGS.n / 2) if test == "tg" else 0  # KV read per decode step, on average
             roof = bw * 1e9 / (wbytes + kvb) if test == "tg" and wbytes else 0
             lroof = bw * 1e9 / (lbytes + kvb) if test == "tg" and lbytes else 0
-            cols = [f"{kvb / 2**20:.1f}", f"{bw:.1f}", f"{roof:.1f}", f"{100 * k[0] / roof:.0f}%"] + \
-                   [f"{100 * l[0] / lroof:.0f}%" for l in ls] if roof else ["-"] * (4 + len(ls))
-            print(f"| {label} | {name} | {k[0]:.2f} ± {k[1]:.2f} | {1e3 / k[0]:.2f} | " +
-                  " | ".join(f"{l[0]:.2f} ± {l[1]:.2f} | {k[0] / l[0]:.2f}" for l in ls) + " | " +
-                  " | ".join(cols) + " |", flush=True)
+            row = [label, name] + [f"{k[0]:.2f} ± {k[1]:.2f}" for k in ks] + [f"{1e3 / k[0]:.2f}" for k in ks]
+            row += [f"{l[0]:.2f} ± {l[1]:.2f}" for l in ls] + [f"{k[0] / l[0]:.2f}" for k in ks for l in ls]
+            row += [f"{ks[-1][0] / ks[0][0]:.2f}"] if len(ks) > 1 else []
+            if roof:
+                row += [f"{kvb / 2**20:.1f}", f"{bw:.1f}", f"{roof:.1f}"] + [f"{100 * k[0] / roof:.0f}%" for k in ks]
+                row += [f"{100 * l[0] / lroof:.0f}%" for l in ls]
+            else:
+                row += ["-"] * (3 + len(ks) + len(ls))
+            print("| " + " | ".join(row) + " |", flush=True)
