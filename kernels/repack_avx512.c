@@ -14,8 +14,13 @@
  *         the AVX2 tile;
  *   Q4_K, Q5_K: per 32-element sub-block the exact dot in int32, times the
  *         sub-block's scale (vpmulld), and the mins as in the AVX2 tile.
- * The 16-element-sub-block K-quants (Q2_K, Q3_K, Q6_K) keep the AVX2 tile
- * (kern_pack_tile_avx512 returns NULL for them; repack.c falls back).
+ *   Q6_K, Q3_K, Q2_K (16-element sub-blocks): q unsigned (0..63, 0..7,
+ *         0..3, the AVX2 tile's decoding), per sub-block the exact dot in
+ *         int32 (4 vpdpbusd; |.| <= 16 * 63 * 127), times the sub-block's
+ *         scale (vpmulld: int8 for Q6_K / Q3_K, the low nibble for Q2_K),
+ *         summed over the block (|I| < 2^28); the offset (32 or 4 times
+ *         sum_s sc_s bsum_s) or the Q2_K mins, and the float scaling,
+ *         exactly as the AVX2 tile (repack_avx2.c tile_k16).
  *
  * Compiled with the AVX-512 flags on x86-64.  tests/repack_avx512_emulated.c
  * compiles this file again with AVX2 only and KVANT_VNNI_EMULATED, which
@@ -120,6 +125,113 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
     for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
 }
 
+/* The K-quants with 16-element sub-blocks: Q6_K, Q3_K, Q2_K (kind), the
+ * packed layout of repack.h and the decoding of repack_avx2.c tile_k16.
+ * Scales at @16 (Q6_K, Q3_K: int8) or @32 (Q2_K: scale | min << 4);
+ * quarter qq of chunk j (0..7) of half h is elements 128h + 32qq + 4j ..
+ * +3, sub-block 8h + 2qq + j/4. */
+enum { K16_Q6, K16_Q3, K16_Q2 };
+
+/* the 4 quarters q[qq] of chunk j of half h, from one set of loads:
+ *   Q6_K: ql chunks 16h + j (quarters 0, 2: low, high nibble) and
+ *         16h + 8 + j (1, 3), qh chunk 8h + j (bits 2qq); q in 0..63;
+ *   Q3_K: qs chunk 8h + j (bits 2qq), hmask chunk j (bit 4h + qq) << 2;
+ *         q in 0..7;
+ *   Q2_K: qs chunk 8h + j (bits 2qq); q in 0..3 */
+AI void k16_chunk(const uint8_t *w, const int kind, int h, int j, __m256i q[4]) {
+    if (kind == K16_Q6) {
+        const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + j)));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 + j)));
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + j)));
+        q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+        q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                               _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+        return;
+    }
+    const size_t qso = kind == K16_Q2 ? 160 : 144;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i l = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * (8 * h + j)));
+    q[0] = _mm256_and_si256(l, m3);
+    q[1] = _mm256_and_si256(_mm256_srli_epi16(l, 2), m3);
+    q[2] = _mm256_and_si256(_mm256_srli_epi16(l, 4), m3);
+    q[3] = _mm256_and_si256(_mm256_srli_epi16(l, 6), m3);
+    if (kind == K16_Q3) {
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)(w + 656 + 32 * j)), m4 = _mm256_set1_epi8(4);
+        for (int qq = 0; qq < 4; qq++) {
+            const int k = 4 * h + qq; /* the hmask bit, moved to bit 2 */
+            const __m256i hb = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
+            q[qq] = _mm256_or_si256(q[qq], _mm256_and_si256(hb, m4));
+        }
+    }
+}
+
+AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
+                 const float *ad, size_t bn, const int kind) {
+    __m256 acc[4];
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    const __m256 neg = _mm256_set1_ps(-0.0f);
+    const size_t xb = kind == K16_Q6 ? 1680 : kind == K16_Q3 ? 912 : 672;
+    const size_t sco = kind == K16_Q2 ? 32 : 16;
+    for (int64_t b = 0; b < nb; b++, w += xb) {
+        prefetch_block(w, xb, C);
+        __m256i is[4], ms[4];
+        for (int c = 0; c < C; c++) is[c] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++)
+            for (int jh = 0; jh < 2; jh++) { /* sub-blocks 8h + 2qq + jh: chunks 4jh .. 4jh + 3 of the 4 quarters */
+                __m256i s[4][4];
+                for (int qq = 0; qq < 4; qq++)
+                    for (int c = 0; c < C; c++) s[qq][c] = _mm256_setzero_si256();
+                for (int jj = 0; jj < 4; jj++) {
+                    const int j = 4 * jh + jj;
+                    __m256i q[4];
+                    k16_chunk(w, kind, h, j, q);
+                    for (int qq = 0; qq < 4; qq++)
+                        for (int c = 0; c < C; c++)
+                            s[qq][c] = dpbusd(s[qq][c], q[qq], bcast4((const uint8_t *)AK(c, b)->qs + 128 * h + 32 * qq + 4 * j));
+                }
+                /* |s| <= 16 * 63 * 127 (Q6_K), times |sc| <= 128, 16 of them: < 2^28, exact */
+                for (int qq = 0; qq < 4; qq++) {
+                    const __m128i sb8 = _mm_loadl_epi64((const __m128i *)(w + sco + 8 * (8 * h + 2 * qq + jh)));
+                    const __m256i sc = kind == K16_Q2 ? _mm256_and_si256(_mm256_cvtepu8_epi32(sb8), _mm256_set1_epi32(15))
+                                                      : _mm256_cvtepi8_epi32(sb8);
+                    for (int c = 0; c < C; c++) is[c] = _mm256_add_epi32(is[c], _mm256_mullo_epi32(s[qq][c], sc));
+                }
+            }
+        /* as the AVX2 tile: each row's (x_2pp, x_2pp+1) against bsums
+         * (2pp, 2pp+1): x = the scales (Q6_K, Q3_K: the offset) or the
+         * mins (Q2_K) */
+        for (int c = 0; c < C; c++) ms[c] = _mm256_setzero_si256();
+        for (int pp = 0; pp < 8; pp++) {
+            const __m128i v = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + sco + 16 * pp)),
+                                                _mm_loadl_epi64((const __m128i *)(w + sco + 8 + 16 * pp)));
+            const __m256i sp = kind == K16_Q2 ? _mm256_srli_epi16(_mm256_cvtepu8_epi16(v), 4) : _mm256_cvtepi8_epi16(v);
+            for (int c = 0; c < C; c++) {
+                int32_t bs;
+                memcpy(&bs, AK(c, b)->bsums + 2 * pp, 4);
+                ms[c] = _mm256_add_epi32(ms[c], _mm256_madd_epi16(sp, _mm256_set1_epi32(bs)));
+            }
+        }
+        /* the float scaling of the AVX2 tile, operation for operation */
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+        for (int c = 0; c < C; c++) {
+            const __m256 da = _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]);
+            if (kind == K16_Q2) { /* |is| < 2^21, |ms| < 2^19 */
+                const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]), _mm256_mul_ps(dw, da), acc[c]);
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms[c]), _mm256_xor_ps(_mm256_mul_ps(dm, da), neg), acc[c]);
+                continue;
+            }
+            /* Q6_K: |is| < 2^28, |32 ms| < 2^27; Q3_K: |is|, |4 ms| < 2^23: exact */
+            const __m256i I = _mm256_sub_epi32(is[c], _mm256_slli_epi32(ms[c], kind == K16_Q3 ? 2 : 5));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(dw, da), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
+}
+
 PACK_ENTRY(tile_q8_0, tile_q8(nb, CC, y, ldy, w, a, ba, ad, bn))
 PACK_ENTRY(tile_q4_0, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q4_0))
 PACK_ENTRY(tile_q4_1, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q4_1))
@@ -127,6 +239,9 @@ PACK_ENTRY(tile_q5_0, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q5_0))
 PACK_ENTRY(tile_q5_1, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q5_1))
 PACK_ENTRY(tile_q4_k, tile_q45k(nb, CC, y, ldy, w, a, ba, ad, as, bn, false))
 PACK_ENTRY(tile_q5_k, tile_q45k(nb, CC, y, ldy, w, a, ba, ad, as, bn, true))
+PACK_ENTRY(tile_q6_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q6))
+PACK_ENTRY(tile_q3_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q3))
+PACK_ENTRY(tile_q2_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q2))
 
 kern_pack_tile_fn kern_pack_tile_avx512(int wtype) {
     switch (wtype) {
@@ -137,7 +252,10 @@ kern_pack_tile_fn kern_pack_tile_avx512(int wtype) {
     case KT_Q5_1: return tile_q5_1;
     case KT_Q4_K: return tile_q4_k;
     case KT_Q5_K: return tile_q5_k;
-    default: return NULL; /* Q2_K, Q3_K, Q6_K: the AVX2 tile */
+    case KT_Q2_K: return tile_q2_k;
+    case KT_Q3_K: return tile_q3_k;
+    case KT_Q6_K: return tile_q6_k;
+    default: return NULL;
     }
 }
 

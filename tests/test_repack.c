@@ -10,9 +10,10 @@
  *  4. the AVX2 Q8_K activation quantizer gives the _ref bytes;
  *  5. kern_matmul_packed vs kern_matmul_ref (dequantized weights, float
  *     activations): the bound of the activation rounding and summation;
- *  6. the AVX-512 VNNI tile, compiled for AVX2 with vpdpbusd emulated
- *     (tests/repack_avx512_emulated.c), is bit-identical to the packed ref
- *     (on an AVX-512 CPU, 2. also runs the real one at the avx512 tier). */
+ *  6. the AVX-512 VNNI tile of every type, compiled for AVX2 with vpdpbusd
+ *     emulated (tests/repack_avx512_emulated.c), is bit-identical to the
+ *     packed ref, and so is the real one on an AVX-512 CPU (where 2. also
+ *     runs it at the avx512 tier). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +111,30 @@ static uint8_t *make_weights(int t, int64_t N, int64_t K) {
             for (int s = 0; s < 16; s++) b->scales[s] = s % 2 ? 127 : -128;
             memset(b->ql, 0, sizeof b->ql);
             memset(b->qh, 0, sizeof b->qh);
+        }
+        /* every fifth row + 2: the other end of the 16-element-sub-block
+         * codes (Q6_K: q = 63, sc = 127 and -128; Q3_K: q = 7 i.e. +3, sc = 31
+         * and -32; Q2_K: q = 3 with sc = 15, m = 0) */
+        if (n % 5 == 2 && t == KT_Q6_K) {
+            block_q6_K *b = (block_q6_K *)wr;
+            for (int s = 0; s < 16; s++) b->scales[s] = s % 2 ? -128 : 127;
+            memset(b->ql, 0xff, sizeof b->ql);
+            memset(b->qh, 0xff, sizeof b->qh);
+        }
+        if (n % 5 == 2 && t == KT_Q3_K) {
+            block_q3_K *b = (block_q3_K *)wr;
+            memset(b->scales, 0, sizeof b->scales); /* as above, odd and even swapped */
+            for (int j = 0; j < 16; j += 2) {
+                b->scales[j % 8] |= (uint8_t)(15 << (j < 8 ? 0 : 4));
+                b->scales[8 + j % 4] |= (uint8_t)(3 << (2 * (j / 4)));
+            }
+            memset(b->qs, 0xff, sizeof b->qs);
+            memset(b->hmask, 0xff, sizeof b->hmask);
+        }
+        if (n % 5 == 2 && t == KT_Q2_K) {
+            block_q2_K *b = (block_q2_K *)wr;
+            memset(b->scales, 0x0f, sizeof b->scales);
+            memset(b->qs, 0xff, sizeof b->qs);
         }
     }
     free(row);
@@ -471,37 +496,41 @@ static void test_tile_avx512_emulated(void **state) {
 #if defined(__x86_64__) || defined(_M_X64)
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c")) skip();
     enum { TMAX = 9 };
-    const int64_t N = 21; /* two full groups and a partial one */
+    /* on an AVX-512 CPU the real tile too, through the same one-thread driver */
+    const bool real = kern_best_tier() >= KERN_TIER_AVX512;
     int n_tiles = 0;
     for (int ti = 0; ti < NTYPES; ti++) {
         const int t = TYPES[ti];
         if (t == KT_F16) continue;
-        const kern_pack_tile_fn tile = kern_pack_tile_avx512_emulated(t);
-        if (!tile) { /* the 16-element-sub-block K-quants keep the AVX2 tile */
-            assert_true(t == KT_Q2_K || t == KT_Q3_K || t == KT_Q6_K);
-            continue;
-        }
+        const kern_pack_tile_fn tiles[2] = {kern_pack_tile_avx512_emulated(t), real ? kern_pack_tile_avx512(t) : NULL};
+        assert_non_null(tiles[0]);
+        if (real) assert_non_null(tiles[1]); /* the real tile serves the same types */
         n_tiles++;
-        for (int ki = 0; ki < 3; ki++) {
-            const int64_t K = is_k(t) ? 256 * (ki + 1) : (int64_t[]){32, 160, 512}[ki];
-            uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
-            kern_pack(W, t, N, K, P, 0, (N + 7) / 8);
-            float *x = malloc(sizeof(float) * TMAX * K), *yr = malloc(sizeof(float) * TMAX * N),
-                  *y = malloc(sizeof(float) * TMAX * N);
-            const bool flat = ki == 2; /* every activation q at +-127: the integer sums at their bounds */
-            for (int i = 0; i < TMAX * K; i++) x[i] = flat ? (frand() < 0 ? -3.0f : 3.0f) : frand() * 3.0f;
-            for (int T = 1; T <= TMAX; T++) {
-                kern_matmul_packed_ref(P, t, x, yr, T, N, K);
-                memset(y, 0xff, sizeof(float) * TMAX * N);
-                kern_matmul_packed_tile(tile, P, t, x, y, T, N, K);
-                if (memcmp(y, yr, sizeof(float) * (size_t)T * (size_t)N))
-                    fail_msg("%s emulated AVX-512 tile T=%d K=%d: not bit-identical to the packed ref",
-                             kern_type_name(t), T, (int)K);
+        for (int ki = 0; ki < 3; ki++)
+            for (int ni = 0; ni < 2; ni++) {
+                /* one full group; two full groups and a partial one */
+                const int64_t N = ni ? 21 : 8, K = is_k(t) ? 256 * (ki + 1) : (int64_t[]){32, 160, 512}[ki];
+                uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
+                kern_pack(W, t, N, K, P, 0, (N + 7) / 8);
+                float *x = malloc(sizeof(float) * TMAX * K), *yr = malloc(sizeof(float) * TMAX * N),
+                      *y = malloc(sizeof(float) * TMAX * N);
+                const bool flat = ki == 2; /* every activation q at +-127: the integer sums at their bounds */
+                for (int i = 0; i < TMAX * K; i++) x[i] = flat ? (frand() < 0 ? -3.0f : 3.0f) : frand() * 3.0f;
+                for (int T = 1; T <= TMAX; T++) { /* tile widths C = 1..4 and the tails */
+                    kern_matmul_packed_ref(P, t, x, yr, T, N, K);
+                    for (int r = 0; r < 2; r++) {
+                        if (!tiles[r]) continue;
+                        memset(y, 0xff, sizeof(float) * TMAX * N);
+                        kern_matmul_packed_tile(tiles[r], P, t, x, y, T, N, K);
+                        if (memcmp(y, yr, sizeof(float) * (size_t)T * (size_t)N))
+                            fail_msg("%s %s AVX-512 tile T=%d N=%d K=%d: not bit-identical to the packed ref",
+                                     kern_type_name(t), r ? "real" : "emulated", T, (int)N, (int)K);
+                    }
+                }
+                free(W); free(P); free(x); free(yr); free(y);
             }
-            free(W); free(P); free(x); free(yr); free(y);
-        }
     }
-    assert_int_equal(n_tiles, 7); /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K */
+    assert_int_equal(n_tiles, 10); /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K */
 #else
     skip();
 #endif
