@@ -151,11 +151,12 @@ static const pack_desc *desc_of(int wtype) {
     return NULL;
 }
 
-/* F16 has its own layout and tile (kernels/repack_f16.c); these entry points route it there */
-bool kern_pack_supported(int wtype) { return wtype == KT_F16 || wtype == KT_W8A8 || wtype == KT_LLM_INT8 || kern_ptq_is(wtype) || desc_of(wtype) != NULL; }
+/* F16 and BF16 have their own layout and tile (kernels/repack_f16.c); these entry points route them there */
+static bool is_16bit(int wtype) { return wtype == KT_F16 || wtype == KT_BF16; }
+bool kern_pack_supported(int wtype) { return is_16bit(wtype) || wtype == KT_W8A8 || wtype == KT_LLM_INT8 || kern_ptq_is(wtype) || desc_of(wtype) != NULL; }
 
 bool kern_pack_fits(int wtype, int64_t K) {
-    if (wtype == KT_F16) return K > 0;
+    if (is_16bit(wtype)) return K > 0;
     if (kern_ptq_is(wtype)) return kern_pack_ptq_fits(wtype, K);
     if (wtype == KT_W8A8 || wtype == KT_LLM_INT8) return kern_pack_w8a8_fits(K);
     const pack_desc *D = desc_of(wtype);
@@ -165,7 +166,7 @@ bool kern_pack_fits(int wtype, int64_t K) {
 static int64_t n_groups(int64_t N) { return (N + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS; }
 
 size_t kern_pack_bytes(int wtype, int64_t N, int64_t K) {
-    if (wtype == KT_F16) return kern_pack_f16_bytes(N, K);
+    if (is_16bit(wtype)) return kern_pack_f16_bytes(N, K);
     if (kern_ptq_is(wtype)) return kern_pack_ptq_bytes(wtype, N, K);
     if (wtype == KT_W8A8 || wtype == KT_LLM_INT8) return kern_pack_w8a8_bytes(N, K);
     const pack_desc *D = desc_of(wtype);
@@ -174,7 +175,7 @@ size_t kern_pack_bytes(int wtype, int64_t N, int64_t K) {
 }
 
 void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1) {
-    if (wtype == KT_F16) {
+    if (is_16bit(wtype)) {
         kern_pack_f16(W, N, K, dst, g0, g1);
         return;
     }
@@ -215,7 +216,7 @@ void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_
 }
 
 void kern_unpack_row(const void *P, int wtype, int64_t N, int64_t K, int64_t n, void *rowp) {
-    if (wtype == KT_F16) {
+    if (is_16bit(wtype)) {
         CORE_ASSERT(n >= 0 && n < N);
         kern_unpack_f16_row(P, K, n, rowp);
         return;
@@ -544,6 +545,8 @@ void kern_matmul_packed_n(core_pool *pool, void *scratch, int wtype, const kern_
                           const float *x, int T, int64_t K) {
     if (wtype == KT_F16) /* F16 rounds the activations in its own prep; one call each */
         for (int i = 0; i < n_out; i++) kern_matmul_packed_f16(pool, scratch, out[i].P, x, out[i].y, T, out[i].N, K);
+    else if (wtype == KT_BF16) /* F32 activations, nothing to share */
+        for (int i = 0; i < n_out; i++) kern_matmul_packed_bf16(pool, out[i].P, x, out[i].y, T, out[i].N, K);
     else if (wtype == KT_W8A8 || wtype == KT_LLM_INT8) kern_matmul_packed_w8a8_n(pool, scratch, out, n_out, x, T, K, NULL);
     else run(pool, scratch, wtype, out, n_out, x, T, K, false, NULL, NULL);
 }
@@ -551,6 +554,10 @@ void kern_matmul_packed_n(core_pool *pool, void *scratch, int wtype, const kern_
 void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, int T, int64_t N, int64_t K) {
     if (wtype == KT_F16) {
         kern_matmul_packed_f16_ref(P, x, y, T, N, K);
+        return;
+    }
+    if (wtype == KT_BF16) {
+        kern_matmul_packed_bf16_ref(P, x, y, T, N, K);
         return;
     }
     if (wtype == KT_W8A8 || wtype == KT_LLM_INT8) {
@@ -566,7 +573,7 @@ void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, 
 
 void kern_matmul_packed_tile(kern_pack_tile_fn tile, const void *P, int wtype, const float *x, float *y, int T,
                              int64_t N, int64_t K) {
-    CORE_ASSERT(tile && wtype != KT_F16);
+    CORE_ASSERT(tile && !is_16bit(wtype));
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     CORE_ASSERT(scratch);
     const kern_packed_out o = {P, N, y};

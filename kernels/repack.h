@@ -48,6 +48,7 @@
  *       kernels/quants_k.h)
  *   F16x8 (the file's size): element k of the 8 rows side by side at
  *       [k][r]; its own tile and spec (float FMAs, kernels/repack_f16.c)
+ *   BF16x8: as F16x8 (BF16 values; F32 activations, kernels/repack_f16.c)
  * The Q4_0 / Q4_1 / Q8_0 / Q2_K / Q6_K packed bytes are a permutation of
  * the file's blocks, Q5_0's and Q5_1's too (their qh bits permuted);
  * Q3_K's, Q4_K's and Q5_K's scale bytes are unpacked (a bijection, so rows
@@ -101,7 +102,7 @@
 
 #define KERN_PACK_ROWS 8
 
-/* true if wtype has a packed layout (F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q6_K, and
+/* true if wtype has a packed layout (F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q6_K, and
  * kvant's PTQ types, kernels/repack_ptq.c, and W8A8, kernels/repack_w8a8.c) */
 bool kern_pack_supported(int wtype);
 /* true if rows of K elements of wtype can be packed (K a multiple of its block) */
@@ -165,19 +166,29 @@ void kern_matmul_packed_tile(kern_pack_tile_fn tile, const void *P, int wtype, c
 /* kern_quant_q8_k_ref in AVX2, the same bytes for finite x (tests/test_repack.c) */
 void kern_pack_quant_q8_k_avx2(const float *x, void *y, int64_t n);
 
-/* ---- private to kernels/: F16 (kernels/repack_f16.c), reached through the entry
- * points above.  Element k of 8 rows side by side; layout and spec in
- * repack_f16.c: activations rounded to F16, one fmaf chain in k order per output. */
+/* ---- private to kernels/: F16 and BF16 (kernels/repack_f16.c), reached through the
+ * entry points above.  Element k of 8 rows side by side (the 16-bit values, one
+ * layout for both); layout and specs in repack_f16.c: one fmaf chain in k order
+ * per output; F16 rounds the activations to F16, BF16 keeps them F32. */
 size_t kern_pack_f16_bytes(int64_t N, int64_t K);
 void kern_pack_f16(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1);
 void kern_unpack_f16_row(const void *P, int64_t K, int64_t n, void *row);
 void kern_matmul_packed_f16(core_pool *pool, void *scratch, const void *P, const float *x, float *y, int T, int64_t N,
                             int64_t K);
 void kern_matmul_packed_f16_ref(const void *P, const float *x, float *y, int T, int64_t N, int64_t K);
-/* G (1, 2 or 8) groups x C (1..6) activation rows: y[c * ldy + 8 gi + r] */
+/* BF16: no scratch (the activations are used as they are) */
+void kern_matmul_packed_bf16(core_pool *pool, const void *P, const float *x, float *y, int T, int64_t N, int64_t K);
+void kern_matmul_packed_bf16_ref(const void *P, const float *x, float *y, int T, int64_t N, int64_t K);
+/* most activation rows of one tile call */
+#define KERN_PACK_F16_TC 12
+/* G >= 1 groups (w: group after group) x C (1..KERN_PACK_F16_TC) activation
+ * rows (floats, ba apart): y[c * ldy + 8 gi + r] */
 typedef void (*kern_pack_f16_tile_fn)(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w,
                                       const float *a, size_t ba);
 kern_pack_f16_tile_fn kern_pack_f16_tile_avx2(void);
+kern_pack_f16_tile_fn kern_pack_bf16_tile_avx2(void);
+kern_pack_f16_tile_fn kern_pack_f16_tile_avx512(void);
+kern_pack_f16_tile_fn kern_pack_bf16_tile_avx512(void);
 
 /* ---- private to kernels/: kvant's PTQ types (kernels/repack_ptq.c: layout
  * and spec), reached through the entry points above.  Q8_0 activations

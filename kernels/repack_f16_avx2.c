@@ -1,20 +1,29 @@
-/* repack_f16_avx2.c - the AVX2 tile of packed F16 groups (kernels/repack_f16.c):
- * per k, one vcvtph2ps gives 8 rows' weights, a broadcast gives the
- * activation, one FMA advances 8 outputs' chains.  G groups x C activation
- * rows of chains are in flight; each lane is the spec's fmaf chain. */
+/* repack_f16_avx2.c - the AVX2 tiles of packed F16 and BF16 groups
+ * (kernels/repack_f16.c): per k, one vcvtph2ps (F16) or vpmovzxwd + vpslld
+ * (BF16, exact) gives 8 rows' weights, a broadcast gives the activation, one
+ * FMA advances 8 outputs' chains.  G groups x C activation rows of chains
+ * are in flight; each lane is the spec's fmaf chain. */
 #include <immintrin.h>
 
 #include "kernels/repack.h"
 
 #define AI static inline __attribute__((always_inline))
 
+/* 8 rows' element k as floats */
+AI __m256 wload(const bool bf, const uint16_t *p) {
+    const __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (bf) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
 /* G groups x C activation rows (G = 8 with C = 1, or G <= 2 with C <= 6): at
  * most 12 chains, so they stay in registers */
-AI void tile(int64_t K, const int G, const int C, float *y, size_t ldy, const uint16_t *w, const float *a, size_t ba) {
+AI void tile(const bool bf, int64_t K, const int G, const int C, float *y, size_t ldy, const uint16_t *w,
+             const float *a, size_t ba) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0, acc5 = acc0, acc6 = acc0,
            acc7 = acc0;
     const size_t gs = (size_t)K * KERN_PACK_ROWS; /* halves per group */
-#define W(g) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + (size_t)(g) * gs + (size_t)k * 8)))
+#define W(g) wload(bf, w + (size_t)(g) * gs + (size_t)k * 8)
 #define A(c) _mm256_broadcast_ss(a + (size_t)(c) * ba + (size_t)k)
 #define F(acc, wv, av) acc = _mm256_fmadd_ps(wv, av, acc)
     if (G == 8) { /* C == 1 */
@@ -49,22 +58,38 @@ AI void tile(int64_t K, const int G, const int C, float *y, size_t ldy, const ui
         for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy + (size_t)g * 8, r[6 * g + c]);
 }
 
-static void tile_f16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const float *a, size_t ba) {
-#define CASE_C(GG)                                                   \
-    switch (C) {                                                     \
-    case 1: tile(K, GG, 1, y, ldy, w, a, ba); break;                 \
-    case 2: tile(K, GG, 2, y, ldy, w, a, ba); break;                 \
-    case 3: tile(K, GG, 3, y, ldy, w, a, ba); break;                 \
-    case 4: tile(K, GG, 4, y, ldy, w, a, ba); break;                 \
-    case 5: tile(K, GG, 5, y, ldy, w, a, ba); break;                 \
-    default: tile(K, GG, 6, y, ldy, w, a, ba); break;                \
+/* any G x C (the driver gives G = 8 with C = 1, or G <= 2 with C <= 6) */
+AI void tile_any(const bool bf, int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const float *a,
+                 size_t ba) {
+    const size_t gs = (size_t)K * KERN_PACK_ROWS;
+    for (int c0 = 0; c0 < C; c0 += 6) {
+        const int cc = C - c0 < 6 ? C - c0 : 6;
+        float *yc = y + (size_t)c0 * ldy;
+        const float *ac = a + (size_t)c0 * ba;
+        int g = 0;
+        if (cc == 1)
+            for (; G - g >= 8; g += 8) tile(bf, K, 8, 1, yc + (size_t)g * 8, ldy, w + (size_t)g * gs, ac, ba);
+#define CASE_C(GG)                                                                                   \
+    switch (cc) {                                                                                    \
+    case 1: tile(bf, K, GG, 1, yc + (size_t)g * 8, ldy, w + (size_t)g * gs, ac, ba); break;          \
+    case 2: tile(bf, K, GG, 2, yc + (size_t)g * 8, ldy, w + (size_t)g * gs, ac, ba); break;          \
+    case 3: tile(bf, K, GG, 3, yc + (size_t)g * 8, ldy, w + (size_t)g * gs, ac, ba); break;          \
+    case 4: tile(bf, K, GG, 4, yc + (size_t)g * 8, ldy, w + (size_t)g * gs, ac, ba); break;          \
+    case 5: tile(bf, K, GG, 5, yc + (size_t)g * 8, ldy, w + (size_t)g * gs, ac, ba); break;          \
+    default: tile(bf, K, GG, 6, yc + (size_t)g * 8, ldy, w + (size_t)g * gs, ac, ba); break;         \
     }
-    if (G == 8 && C == 1) tile(K, 8, 1, y, ldy, w, a, ba);
-    else if (G == 2) { CASE_C(2) }
-    else if (G == 1) { CASE_C(1) }
-    else /* other shapes: group by group */
-        for (int g = 0; g < G; g++) tile_f16(K, 1, C, y + (size_t)g * 8, ldy, w + (size_t)g * (size_t)K * KERN_PACK_ROWS, a, ba);
+        for (; G - g >= 2; g += 2) { CASE_C(2) }
+        if (G - g == 1) { CASE_C(1) }
 #undef CASE_C
+    }
+}
+
+static void tile_f16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const float *a, size_t ba) {
+    tile_any(false, K, G, C, y, ldy, w, a, ba);
+}
+static void tile_bf16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const float *a, size_t ba) {
+    tile_any(true, K, G, C, y, ldy, w, a, ba);
 }
 
 kern_pack_f16_tile_fn kern_pack_f16_tile_avx2(void) { return tile_f16; }
+kern_pack_f16_tile_fn kern_pack_bf16_tile_avx2(void) { return tile_bf16; }
