@@ -23,7 +23,7 @@ typedef struct {
 } kvant_model_params;
 
 /* Opens a GGUF (v2/v3) or llama2.c checkpoint; weights stay mmap'd.  Q4_0,
- * Q4_1, Q5_0, Q5_1, Q8_0, K-quant, F16, kvant's PTQ (rows of a multiple of 32
+ * Q4_1, Q5_0, Q5_1, Q8_0, K-quant, F16, BF16, kvant's PTQ (rows of a multiple of 32
  * for the per-row ones) and W8A8 matrices are repacked for the matmul into groups of 8 rows
  * (memory stays about the file's size: the mapped originals are dropped)
  * unless p->no_repack or the environment has KVANT_REPACK=0. */
