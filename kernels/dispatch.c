@@ -169,6 +169,7 @@ static void init(void) {
         if (tier == KERN_TIER_AVX2) kern_tier_avx2_install(g_ops[tier]);
         if (tier == KERN_TIER_AVX2) kern_ptq_avx2_install(g_ops[tier]);
         if (tier == KERN_TIER_AVX512) kern_tier_avx512_install(g_ops[tier], has_bf16);
+        if (tier == KERN_TIER_AVX512) kern_sparse24_avx512_install(&g_ops[tier][KT_S24_F16], &g_ops[tier][KT_S24_Q8]);
         if (tier == KERN_TIER_AVX2)
             kern_sparse24_avx2_install(&g_ops[tier][KT_S24_F16], &g_ops[tier][KT_S24_Q8],
                                        &g_ops[tier][KT_S24_A8]);

@@ -24,5 +24,7 @@ void kern_swiglu_avx2(float *h, const float *g, const float *u, int64_t K);
 double kern_exp_sum_avx2(float *y, const float *x, int64_t n, float m, float s);
 /* the 2:4 sparse types' AVX2 kernels (kernels/sparse24_avx2.c), into their two entries */
 void kern_sparse24_avx2_install(kern_type_ops *s24_f16, kern_type_ops *s24_q8, kern_type_ops *s24_a8);
+/* their AVX-512 kernels (kernels/sparse24_avx512.c; S24_A8 keeps the AVX2 quantizer) */
+void kern_sparse24_avx512_install(kern_type_ops *s24_f16, kern_type_ops *s24_q8);
 
 #endif

@@ -48,6 +48,11 @@ static void test_table(void **state) {
         const kern_type_ops *o = kern_ops_tier(KT_S24_F16, (kern_tier)t);
         if (o) assert_non_null(o->vec_dot);
     }
+    /* where the CPU has AVX-512, that tier runs its own kernels (not the AVX2 ones it inherits) */
+    const kern_type_ops *o2 = kern_ops_tier(KT_S24_F16, KERN_TIER_AVX2), *o5 = kern_ops_tier(KT_S24_F16, KERN_TIER_AVX512);
+    if (o2 && o5) assert_true(o2->vec_dot != o5->vec_dot && o2->gemm != o5->gemm);
+    o2 = kern_ops_tier(KT_S24_Q8, KERN_TIER_AVX2), o5 = kern_ops_tier(KT_S24_Q8, KERN_TIER_AVX512);
+    if (o2 && o5) assert_true(o2->vec_dot != o5->vec_dot && o2->gemm != o5->gemm);
     /* the activation quantizer of every tier writes _ref's bytes (ties included) */
     enum { N = 256 };
     float x[N];
@@ -120,22 +125,21 @@ static double dense_dot(const float *w, const float *a, int64_t n, double *abs_s
  * differ only in float rounding of products and summation order, so
  * |s - exact| <= (n_terms + 2) * 2^-24 * sum|terms| for each; we allow
  * twice that between any two of them. */
+enum { NR = 6, NA = 5 }; /* weight rows, activation rows: gemm tiles of 4 x 2 and their remainders */
 static void check_type(int type, int64_t n) {
     const kern_type_traits *tt = kern_type_get(type);
     const int at = tt->vec_dot_type;
-    float *xr = malloc(sizeof(float) * n * 4), *a = malloc(sizeof(float) * n * 4), *wd = malloc(sizeof(float) * n),
+    float *xr = malloc(sizeof(float) * n * NR), *a = malloc(sizeof(float) * n * NA), *wd = malloc(sizeof(float) * n),
           *ad = malloc(sizeof(float) * n);
     const size_t wrb = kern_row_bytes(type, n), arb = kern_row_bytes(at, n);
-    uint8_t *w = malloc(wrb * 4), *aq = malloc(arb * 4);
-    for (int r = 0; r < 4; r++) sparse_row(xr + r * n, n);
-    for (int64_t i = 0; i < n * 4; i++) a[i] = frand() * 3.0f;
-    for (int r = 0; r < 4; r++) {
-        tt->from_float_ref(xr + r * n, w + r * wrb, n);
-        kern_type_get(at)->from_float_ref(a + r * n, aq + r * arb, n);
-    }
+    uint8_t *w = malloc(wrb * NR), *aq = malloc(arb * NA);
+    for (int r = 0; r < NR; r++) sparse_row(xr + r * n, n);
+    for (int64_t i = 0; i < n * NA; i++) a[i] = frand() * 3.0f;
+    for (int r = 0; r < NR; r++) tt->from_float_ref(xr + r * n, w + r * wrb, n);
+    for (int c = 0; c < NA; c++) kern_type_get(at)->from_float_ref(a + c * n, aq + c * arb, n);
     const double tol_f = 2.0 * (double)(n + 2) * ldexp(1.0, -24);
-    for (int r = 0; r < 4; r++)
-        for (int c = 0; c < 4; c++) {
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NA; c++) {
             tt->to_float(w + r * wrb, wd, n);
             kern_type_get(at)->to_float(aq + c * arb, ad, n);
             double as;
@@ -157,15 +161,15 @@ static void check_type(int type, int64_t n) {
     for (int tier = 0; tier < KERN_TIER_COUNT; tier++) {
         const kern_type_ops *o = kern_ops_tier(type, (kern_tier)tier);
         if (!o || !o->gemm) continue;
-        for (int nr = 1; nr <= 4; nr++)
-            for (int nc = 1; nc <= 4; nc++) {
-                float y[16];
-                o->gemm(n, nr, nc, y, 4, w, wrb, aq, arb);
+        for (int nr = 1; nr <= NR; nr++)
+            for (int nc = 1; nc <= NA; nc++) {
+                float y[NR * NA];
+                o->gemm(n, nr, nc, y, NR, w, wrb, aq, arb);
                 for (int r = 0; r < nr; r++)
                     for (int c = 0; c < nc; c++) {
                         float s;
                         o->vec_dot(n, &s, w + r * wrb, aq + c * arb);
-                        assert_memory_equal(&s, &y[c * 4 + r], sizeof s);
+                        assert_memory_equal(&s, &y[c * NR + r], sizeof s);
                     }
             }
     }
@@ -174,11 +178,14 @@ static void check_type(int type, int64_t n) {
 
 static void test_dots(void **state) {
     (void)state;
-    const int64_t ns[] = {64, 128, 2048, 5632};
-    for (int i = 0; i < 4; i++) {
+    /* odd block counts (32: one F16 block; 96, 160, 192, 320) reach the tiles' odd-block tails */
+    const int64_t ns[] = {64, 128, 192, 320, 2048, 5632};
+    for (int i = 0; i < 6; i++) {
         check_type(KT_S24_F16, ns[i]);
         check_type(KT_S24_Q8, ns[i]);
     }
+    const int64_t nf[] = {32, 96, 160};
+    for (int i = 0; i < 3; i++) check_type(KT_S24_F16, nf[i]);
 }
 
 /* kern_matmul (fast, threaded, quantized activations) on compressed weights
