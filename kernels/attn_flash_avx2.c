@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include "kernels/attn_flash.h"
+#include "kernels/attn_flash_simd.h"
 #include "kernels/avx2_common.h"
 #include "kernels/quants.h"
 
@@ -23,11 +24,6 @@ static inline float hmax(__m256 v) {
 
 /* A[r][c] += sum_j P[r][j] * V[j][c] */
 /* rows of floats, or of halves (f16) converted in registers: the same FMAs */
-#define AI static inline __attribute__((always_inline))
-AI __m256 ld8(const void *row, int c, const bool f16) {
-    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + c)))
-               : _mm256_loadu_ps((const float *)row + c);
-}
 AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const *V, float *A, int lda, const bool f16) {
     int r = 0;
     for (; r + 4 <= R; r += 4) {
@@ -115,13 +111,8 @@ static void pv_f16_avx2(int R, int Dp, int n, const float *P, int ldp, const uin
  * K row (converted once when F16) feeds RB FMAs, one of a Q row KB.  The
  * 8 accumulators are reduced together: hadd pairs lanes (0+1, 2+3, ..),
  * the second hadd the pairs, and the two 128-bit halves are added last,
- * which is the table's tree for every accumulator. */
-AI __m256 reduce8(const __m256 *a) {
-    const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-    const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-    /* h0 = [a0 L, a1 L, a2 L, a3 L | a0 H, a1 H, a2 H, a3 H], L = (l0+l1)+(l2+l3), H = (l4+l5)+(l6+l7) */
-    return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
-}
+ * which is the table's tree for every accumulator (reduce8 in
+ * kernels/attn_flash_simd.h). */
 AI void score_block(const int RB, const int KB, int Dp, const float *Q, int ldq, const void *const *K, float *S,
                     int lds, const bool f16) {
     __m256 acc[8];

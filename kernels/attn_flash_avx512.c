@@ -25,14 +25,8 @@
 #include <stddef.h>
 
 #include "kernels/attn_flash.h"
+#include "kernels/attn_flash_simd.h"
 
-#define AI static inline __attribute__((always_inline))
-
-/* 8 floats (or halves, converted) of row `row` from element c */
-AI __m256 ld8(const void *row, int c, const bool f16) {
-    return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + c)))
-               : _mm256_loadu_ps((const float *)row + c);
-}
 /* 16 floats of one row from element c */
 AI __m512 ld16(const void *row, int c, const bool f16) {
     return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + c)))
@@ -47,13 +41,6 @@ AI __m512 ld_pair(const void *a, const void *b, int c, const bool f16) {
     }
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps((const float *)a + c)),
                               _mm256_loadu_ps((const float *)b + c), 1);
-}
-
-/* the AVX2 tree of the 8 accumulators a[0..7] (each one score's 8 lanes) */
-AI __m256 reduce8(const __m256 *a) {
-    const __m256 h0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-    const __m256 h1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-    return _mm256_add_ps(_mm256_permute2f128_ps(h0, h1, 0x20), _mm256_permute2f128_ps(h0, h1, 0x31));
 }
 
 /* S[rb][2 kp + h] for RB rows x KP key pairs (RB * KP <= 16 accumulators,
