@@ -34,6 +34,7 @@
 #define KVANT_KERNELS_SPARSE24_H
 
 #include <assert.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "kernels/types.h"
@@ -71,6 +72,25 @@ static const int kern_s24f16_grp[8] = {0, 0, 2, 2, 1, 1, 3, 3};
 static inline int kern_s24q8_pos(const block_s24_q8 *b, int j) {
     const int w = j / 16, bit = 8 * (j % 4) + 2 * ((j / 4) % 4);
     return (b->idx[4 * w + bit / 8] >> (bit % 8)) & 3;
+}
+
+/* Decode (one activation row) streams every weight row once from memory,
+ * and the S24 tiles read R <= 4 rows at a time: too few streams for the
+ * hardware prefetchers (Intel Xeon, tinyllama-1.1b S24_F16 tg32, 2 threads:
+ * 8-11 t/s without; 12-13 with a T0 prefetch 1024 bytes ahead; 14-15.5
+ * adding an L2 prefetch 8192 ahead).  The tiles call this once per step of
+ * two blocks (72 or 84 bytes), so two lines each keep every line covered.
+ * Prefetches never fault: running past a row's end is harmless. */
+#define KERN_S24_PF_L1 1024
+#define KERN_S24_PF_L2 8192
+static inline void kern_s24_prefetch(const void *x, size_t bx, int R, size_t off) {
+    for (int r = 0; r < R; r++) {
+        const char *p = (const char *)x + (size_t)r * bx + off;
+        __builtin_prefetch(p + KERN_S24_PF_L1, 0, 3);
+        __builtin_prefetch(p + KERN_S24_PF_L1 + 64, 0, 3);
+        __builtin_prefetch(p + KERN_S24_PF_L2, 0, 2);
+        __builtin_prefetch(p + KERN_S24_PF_L2 + 64, 0, 2);
+    }
 }
 
 /* _ref rows of the type table (kernels/types.c) */

@@ -76,6 +76,7 @@ INLINE void tile_f16(int64_t n, const int R, const int C, float *y, size_t ldy, 
     const int64_t nb = n / QK_S24_F16;
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
+        if (C == 1) kern_s24_prefetch(x, bx, R, (size_t)b * sizeof(block_s24_f16));
         f16_block(R, C, b, x, bx, a, ba, acc, 0);
         f16_block(R, C, b + 1, x, bx, a, ba, acc, 2);
     }
@@ -100,6 +101,7 @@ INLINE void tile_q8(int64_t n, const int R, const int C, float *y, size_t ldy, c
         for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
     const int64_t nb = n / QK_S24_Q8;
     for (int64_t b = 0; b < nb; b++) {
+        if (C == 1 && (b & 1) == 0) kern_s24_prefetch(x, bx, R, (size_t)b * sizeof(block_s24_q8));
         __m256i wabs[2], wq[2], idx[2];
         float dw[2];
         for (int r = 0; r < R; r++) {

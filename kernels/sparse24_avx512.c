@@ -61,6 +61,7 @@ INLINE void tile_f16(int64_t n, const int R, const int C, float *y, size_t ldy, 
     const int64_t nb = n / QK_S24_F16;
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
+        if (C == 1) kern_s24_prefetch(x, bx, R, (size_t)b * sizeof(block_s24_f16));
         f16_block(R, C, b, x, bx, a, ba, acc, 0);
         f16_block(R, C, b + 1, x, bx, a, ba, acc, 1);
     }
@@ -110,6 +111,7 @@ INLINE void tile_q8(int64_t n, const int R, const int C, float *y, size_t ldy, c
     const int64_t nb = n / QK_S24_Q8;
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
+        if (C == 1) kern_s24_prefetch(x, bx, R, (size_t)b * sizeof(block_s24_q8));
         q8_block(R, C, b, x, bx, a, ba, acc, 0);
         q8_block(R, C, b + 1, x, bx, a, ba, acc, 1);
     }
