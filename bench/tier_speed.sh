@@ -19,7 +19,7 @@ T=${T:-2} P=${P:-512} N=${N:-128} R=${R:-2} TYPES=${TYPES:-F16 BF16 Q8_0 Q6_K Q4
 mkdir -p "$D"
 export LD_LIBRARY_PATH="$LB"
 F="$D/tinyllama-F16.gguf"
-[ -f "$F" ] || "$K" synth --shape tinyllama-1.1b --type F16 -o "$F" -t "$T" > /dev/null
+[ -f "$F" ] || "$K" synth --shape tinyllama-1.1b --type F16 -o "$F" -t "$T" > /dev/null 2>&1
 files=""
 for t in $TYPES; do
     f="$D/tinyllama-$t.gguf"

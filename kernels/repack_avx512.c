@@ -108,36 +108,26 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
         prefetch_block(w, xb, C);
         __m256i is[4];
         for (int c = 0; c < C; c++) is[c] = _mm256_setzero_si256();
-        if (C == 1) { /* decode: as the AVX2 tile, both nibbles of each qs load at once (sub-blocks 2p, 2p + 1);
-                       * the loop below loads every qs chunk twice and on Intel ran slower than AVX2 */
-            const uint8_t *aq = (const uint8_t *)AK(0, b)->qs;
-            for (int p = 0; p < 4; p++) {
-                __m256i se = _mm256_setzero_si256(), so = _mm256_setzero_si256();
-                for (int j = 0; j < 8; j++) {
-                    __m256i lo, hi;
-                    q45k_pair(w, p, j, q5, &lo, &hi);
-                    se = dpbusd(se, lo, bcast4(aq + 64 * p + 4 * j));
-                    so = dpbusd(so, hi, bcast4(aq + 64 * p + 32 + 4 * j));
-                }
-                /* bounds as below: |s| <= 32 * 31 * 128, times sc <= 63 */
-                const __m256i sce = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + 32 + 16 * p)));
-                const __m256i sco = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + 40 + 16 * p)));
-                is[0] = _mm256_add_epi32(is[0], _mm256_add_epi32(_mm256_mullo_epi32(se, sce), _mm256_mullo_epi32(so, sco)));
-            }
-            q45k_finish(C, w, is, as, ad, bn, b, acc);
-            continue;
-        }
-        for (int sb = 0; sb < 8; sb++) { /* sub-block: the low (even) or high (odd) nibbles of qs bytes 32(sb/2) .. +31 */
-            /* the 8 rows' scales of this sub-block, one per lane (0..63) */
-            const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + 32 + 8 * sb)));
-            __m256i s[4];
-            for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
+        /* as the AVX2 tile, both nibbles of each qs load at once: sub-blocks 2p (low) and 2p + 1 (high), one
+         * int32 chain each per row (4 rows: 8 chains, which the 32 AVX-512 registers hold) */
+        for (int p = 0; p < 4; p++) {
+            __m256i se[4], so[4];
+            for (int c = 0; c < C; c++) se[c] = so[c] = _mm256_setzero_si256();
             for (int j = 0; j < 8; j++) {
-                const __m256i q = q45k_chunk(w, sb, j, q5);
-                for (int c = 0; c < C; c++) s[c] = dpbusd(s[c], q, bcast4((const uint8_t *)AK(c, b)->qs + 32 * sb + 4 * j));
+                __m256i lo, hi;
+                q45k_pair(w, p, j, q5, &lo, &hi);
+                for (int c = 0; c < C; c++) {
+                    const uint8_t *aq = (const uint8_t *)AK(c, b)->qs + 64 * p + 4 * j;
+                    se[c] = dpbusd(se[c], lo, bcast4(aq));
+                    so[c] = dpbusd(so[c], hi, bcast4(aq + 32));
+                }
             }
-            /* |s| <= 32 * 31 * 128, times sc <= 63: exact int32 */
-            for (int c = 0; c < C; c++) is[c] = _mm256_add_epi32(is[c], _mm256_mullo_epi32(s[c], sc));
+            /* the 8 rows' scales of sub-blocks 2p and 2p + 1, one per lane (0..63);
+             * |s| <= 32 * 31 * 128, times sc <= 63: exact int32 */
+            const __m256i sce = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + 32 + 16 * p)));
+            const __m256i sco = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + 40 + 16 * p)));
+            for (int c = 0; c < C; c++)
+                is[c] = _mm256_add_epi32(is[c], _mm256_add_epi32(_mm256_mullo_epi32(se[c], sce), _mm256_mullo_epi32(so[c], sco)));
         }
         q45k_finish(C, w, is, as, ad, bn, b, acc);
     }
