@@ -21,7 +21,7 @@ mkdir -p "$D"
 files=""
 for s in $MODELS; do
     f="$D/$s-q8_0.gguf"
-    [ -f "$f" ] || "$K" synth --shape "$s" --type Q8_0 -o "$f" -t "$T" > /dev/null
+    [ -f "$f" ] || "$K" synth --shape "$s" --type Q8_0 -o "$f" -t "$T" > /dev/null 2>&1
     files="$files $f"
 done
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $T threads; models: SYNTHETIC (random weights) Q8_0, F16 K/V"

@@ -45,11 +45,14 @@
  * log-sum-exp (merge_partial): M' = max(M, m), L' = L 2^(M-M') + l 2^(m-M'),
  * Acc' likewise.  A unit whose positions fit one chunk is the plain online
  * softmax, bit for bit.  A unit either runs its chunks one after another
- * in one thread, or, when there are fewer units than 4 per thread and a
- * single block of queries (one sequence decoding; gemma3-1b has one KV
- * head), every (chunk, head) is an item of its own that any thread takes,
- * its partial kept in that thread's split area, and the calling thread
- * folds them afterwards in chunk order with the same merge_partial.  The
+ * in one thread, or, with a single block of queries (one sequence
+ * decoding), every (chunk, group of KV heads) is an item of its own that
+ * any thread takes (so gemma3-1b's one KV head still uses every thread),
+ * walking its chunk tile by tile and, inside a tile, head after head (a
+ * paged block holds each head's rows back to back, so this reads the
+ * blocks front to back); the partials stay in that thread's split area
+ * and the calling thread folds them afterwards in chunk order with the
+ * same merge_partial.  The
  * chunking depends only on positions, never on threads, so both ways give
  * the same bits, and a query decoded alone still equals itself in a
  * prefill block.
@@ -237,7 +240,7 @@ typedef struct {
 } flash_layout;
 
 /* Split mode's partials: this many floats per thread (whatever T, P) */
-#define FLASH_SPLIT_FLOATS (32 * 1024)
+#define FLASH_SPLIT_FLOATS (64 * 1024)
 
 static flash_layout layout(const kern_attn_dims *d) {
     flash_layout L;
@@ -287,9 +290,10 @@ typedef struct {
     bool f16_k, f16_v;       /* F16 rows read in place, converted in registers */
     int n_units, n_qb;
     int chunk;               /* positions per KV chunk (a multiple of the tile) */
-    /* split mode: n_items (chunk, head) items over nth threads' slots */
+    /* split mode: n_items (chunk, group of hg KV heads) items over nth
+     * threads' slots, n_groups groups per chunk */
     bool split;
-    int n_items, nth, c0, ps, pe;
+    int n_items, nth, c0, ps, pe, n_groups, hg;
     size_t slot_floats;
     _Atomic int next;
 } flash_job;
@@ -354,6 +358,27 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
     int jj = 0;
     for (; jj < n && p0 + jj < p_lo; jj++) /* before every query's window: never read (the block may be gone) */
         kp[jj] = vp[jj] = sc + L->kz;
+    if (kv->head_stride && (j->direct_k || j->f16_k) && (j->direct_v || j->f16_v) && kbytes == vbytes &&
+        kv->row_bytes == kbytes) {
+        /* head-major rows read in place (a decoding F16 or F32 cache): a
+         * block holds the head's rows back to back, so each block's part
+         * of the tile is one run of K and one of V, prefetched line by
+         * line (the hardware prefetcher loses the stream at every block) */
+        while (jj < n) {
+            const int p = p0 + jj, slot = p % kv->block_size;
+            const int cnt = kv->block_size - slot < n - jj ? kv->block_size - slot : n - jj;
+            const uint8_t *kb = view_row(kv, kv->k_base, p) + hb, *vb = view_row(kv, kv->v_base, p) + hv;
+            const size_t run = (size_t)cnt * kbytes, skew = (uintptr_t)kb & 63, vskew = (uintptr_t)vb & 63;
+            for (size_t o = 0; o < run + skew; o += 64) __builtin_prefetch(kb - skew + o);
+            for (size_t o = 0; o < run + vskew; o += 64) __builtin_prefetch(vb - vskew + o);
+            for (int i = 0; i < cnt; i++, jj++) {
+                kp[jj] = (const float *)(kb + (size_t)i * kbytes);
+                vp[jj] = (const float *)(vb + (size_t)i * kbytes);
+            }
+        }
+        for (jj = n; jj < nc; jj++) kp[jj] = sc + L->kz;
+        return;
+    }
     for (int slot = kv->block_size; jj < n; jj++, slot++, kr += kv->row_bytes, vr += kv->row_bytes) {
         const int p = p0 + jj;
         if (slot == kv->block_size) {
@@ -409,66 +434,77 @@ static void unit_queries(const flash_job *j, float *Qs, int t0, int t1, int hk) 
         }
 }
 
-/* The online softmax of the unit's rows over the tiles of positions
- * [ps, pe) (ps on a tile boundary): m[R] running max, l[R] running sum,
- * A[R][Dp] unnormalized output, all started here.  A row whose query sees
- * nothing of the range keeps m = -inf, l = 0, A = 0. */
-static void unit_range(const flash_job *j, float *sc, int t0, int t1, int hk, int ps, int pe, float *m, float *l,
-                       float *A) {
-    const kern_attn_dims *dm = j->d;
-    const flash_layout *L = &j->L;
-    const attn_flash_ops *ops = j->ops;
-    const int G = L->G, Dp = L->Dp, TP = L->TP;
-    const int R = (t1 - t0) * G;
-    const float cap = dm->softcap;
-    float *Qs = sc + L->qs, *S = sc + L->s;
+/* m[R] = -inf, l[R] = 0, A[R][Dp] = 0: an online softmax not yet started */
+static void range_start(int R, int Dp, float *m, float *l, float *A) {
     for (int r = 0; r < R; r++) {
         for (int d = 0; d < Dp; d++) A[(size_t)r * Dp + d] = 0.0f;
         m[r] = -INFINITY;
         l[r] = 0.0f;
     }
-    const int first = kern_attn_first_pos(dm, dm->q_pos0 + t0);
-    for (int p0 = ps; p0 < pe; p0 += L->tile) {
-        const int n = pe - p0 < L->tile ? pe - p0 : L->tile, nc = round8(n);
-        load_tile(j, sc, hk, p0, n, nc, first);
-        /* rows whose query sees p0: q_pos0 + t >= p0 (a suffix of the rows) */
-        const int t_first = p0 - dm->q_pos0 > t0 ? p0 - dm->q_pos0 : t0;
-        if (t_first >= t1) continue; /* no query of the unit reaches this tile */
-        const int r0 = (t_first - t0) * G;
-        if (j->f16_k)
-            ops->scores_rows_f16(R - r0, Dp, nc, Qs + (size_t)r0 * Dp, Dp, (const uint16_t *const *)(sc + L->kp),
-                                 S + (size_t)r0 * TP, TP);
-        else
-            ops->scores_rows(R - r0, Dp, nc, Qs + (size_t)r0 * Dp, Dp, (const float *const *)(sc + L->kp),
+}
+
+/* One tile [p0, p0 + n) of the online softmax of the unit's rows (queries
+ * t0 .. t1-1 of KV head hk, already in Qs): load it, then S = Qs . K^T,
+ * per row m, l and A brought up to date (see the top), A += S . V.  A row
+ * whose query sees nothing of the range keeps m = -inf, l = 0, A = 0. */
+static void range_tile(const flash_job *j, float *sc, int t0, int t1, int hk, int p0, int n, int first, float *m,
+                       float *l, float *A) {
+    const kern_attn_dims *dm = j->d;
+    const flash_layout *L = &j->L;
+    const attn_flash_ops *ops = j->ops;
+    const int G = L->G, Dp = L->Dp, TP = L->TP;
+    const int R = (t1 - t0) * G, nc = round8(n);
+    const float cap = dm->softcap;
+    float *Qs = sc + L->qs, *S = sc + L->s;
+    load_tile(j, sc, hk, p0, n, nc, first);
+    /* rows whose query sees p0: q_pos0 + t >= p0 (a suffix of the rows) */
+    const int t_first = p0 - dm->q_pos0 > t0 ? p0 - dm->q_pos0 : t0;
+    if (t_first >= t1) return; /* no query of the unit reaches this tile */
+    const int r0 = (t_first - t0) * G;
+    if (j->f16_k)
+        ops->scores_rows_f16(R - r0, Dp, nc, Qs + (size_t)r0 * Dp, Dp, (const uint16_t *const *)(sc + L->kp),
                              S + (size_t)r0 * TP, TP);
-        for (int r = r0; r < R; r++) {
-            const int t = t0 + r / G;
-            const int nv = dm->q_pos0 + t - p0 + 1 < n ? dm->q_pos0 + t - p0 + 1 : n; /* causal part */
-            float *sr = S + (size_t)r * TP;
-            const int lo = kern_attn_first_pos(dm, dm->q_pos0 + t) - p0; /* the window's start in the tile */
-            if (lo >= nv) { /* the row's window starts after this tile: nothing of it counts */
-                for (int jj = 0; jj < nc; jj++) sr[jj] = 0.0f;
-                continue;
-            }
-            if (cap > 0.0f)
-                for (int jj = lo > 0 ? lo : 0; jj < nv; jj++) sr[jj] = cap * 1.4426950408889634f * tanhf(sr[jj]);
-            for (int jj = 0; jj < lo; jj++) sr[jj] = -INFINITY; /* before the window: exp2 gives 0 */
-            const float mx = ops->row_max(sr, nv);
-            if (m[r] == -INFINITY) m[r] = mx; /* first tile: A and l are still 0 */
-            else if (mx > m[r]) {             /* the max grew: rescale what was summed so far */
-                const float c = exp2f(m[r] - mx);
-                l[r] *= c;
-                ops->row_scale(A + (size_t)r * Dp, Dp, c);
-                m[r] = mx;
-            }
-            l[r] += ops->row_exp2(sr, nv, nc, m[r]);
+    else
+        ops->scores_rows(R - r0, Dp, nc, Qs + (size_t)r0 * Dp, Dp, (const float *const *)(sc + L->kp),
+                         S + (size_t)r0 * TP, TP);
+    for (int r = r0; r < R; r++) {
+        const int t = t0 + r / G;
+        const int nv = dm->q_pos0 + t - p0 + 1 < n ? dm->q_pos0 + t - p0 + 1 : n; /* causal part */
+        float *sr = S + (size_t)r * TP;
+        const int lo = kern_attn_first_pos(dm, dm->q_pos0 + t) - p0; /* the window's start in the tile */
+        if (lo >= nv) { /* the row's window starts after this tile: nothing of it counts */
+            for (int jj = 0; jj < nc; jj++) sr[jj] = 0.0f;
+            continue;
         }
-        if (j->f16_v)
-            ops->pv_f16(R - r0, Dp, n, S + (size_t)r0 * TP, TP, (const uint16_t *const *)(sc + L->vp),
-                        A + (size_t)r0 * Dp, Dp);
-        else
-            ops->pv(R - r0, Dp, n, S + (size_t)r0 * TP, TP, (const float *const *)(sc + L->vp), A + (size_t)r0 * Dp, Dp);
+        if (cap > 0.0f)
+            for (int jj = lo > 0 ? lo : 0; jj < nv; jj++) sr[jj] = cap * 1.4426950408889634f * tanhf(sr[jj]);
+        for (int jj = 0; jj < lo; jj++) sr[jj] = -INFINITY; /* before the window: exp2 gives 0 */
+        const float mx = ops->row_max(sr, nv);
+        if (m[r] == -INFINITY) m[r] = mx; /* first tile: A and l are still 0 */
+        else if (mx > m[r]) {             /* the max grew: rescale what was summed so far */
+            const float c = exp2f(m[r] - mx);
+            l[r] *= c;
+            ops->row_scale(A + (size_t)r * Dp, Dp, c);
+            m[r] = mx;
+        }
+        l[r] += ops->row_exp2(sr, nv, nc, m[r]);
     }
+    if (j->f16_v)
+        ops->pv_f16(R - r0, Dp, n, S + (size_t)r0 * TP, TP, (const uint16_t *const *)(sc + L->vp), A + (size_t)r0 * Dp,
+                    Dp);
+    else
+        ops->pv(R - r0, Dp, n, S + (size_t)r0 * TP, TP, (const float *const *)(sc + L->vp), A + (size_t)r0 * Dp, Dp);
+}
+
+/* The online softmax of the unit's rows (queries in Qs) over the tiles of
+ * positions [ps, pe) (ps on a tile boundary): m[R] running max, l[R]
+ * running sum, A[R][Dp] unnormalized output, all started here. */
+static void unit_range(const flash_job *j, float *sc, int t0, int t1, int hk, int ps, int pe, float *m, float *l,
+                       float *A) {
+    range_start((t1 - t0) * j->L.G, j->L.Dp, m, l, A);
+    const int first = kern_attn_first_pos(j->d, j->d->q_pos0 + t0);
+    for (int p0 = ps; p0 < pe; p0 += j->L.tile)
+        range_tile(j, sc, t0, t1, hk, p0, pe - p0 < j->L.tile ? pe - p0 : j->L.tile, first, m, l, A);
 }
 
 /* Folds one chunk's partial (m, l, A: unit_range's) into the running
@@ -548,19 +584,38 @@ static float *thread_scratch(const flash_job *j, int ith) {
     return (float *)((base + 63) & ~(uintptr_t)63);
 }
 
-/* split mode (one block of queries, T <= Tq): item i is chunk c0 + i / Hkv
- * of KV head i % Hkv; its partial (m[R], l[R], A[R][Dp]) lives in thread
- * (i % nth)'s split area, slot i / nth */
-static float *item_slot(const flash_job *j, int i) {
-    return thread_scratch(j, i % j->nth) + j->L.split + (size_t)(i / j->nth) * j->slot_floats;
+/* split mode (one block of queries, T <= Tq): item i is chunk c0 + i /
+ * n_groups of KV heads g hg .. g hg + hg - 1, g = i % n_groups; the
+ * partials (m[R], l[R], A[R][Dp]) of its heads live in thread (i % nth)'s
+ * split area, slots (i / nth) hg .. (i / nth) hg + hg - 1 */
+static float *head_slot(const flash_job *j, int i, int h) {
+    return thread_scratch(j, i % j->nth) + j->L.split + ((size_t)(i / j->nth) * j->hg + h) * j->slot_floats;
 }
 
+/* One item: its chunk's tiles in order, and inside each tile its heads in
+ * order.  A paged block keeps each head's rows together ([Hkv][block][D]),
+ * so consecutive heads read consecutive runs of the same block: a thread
+ * walks K and V blocks front to back instead of a 2 KB run of one head
+ * per block (a jump every block that the hardware prefetcher does not
+ * follow).  Per head the arithmetic is unit_range's, tile for tile. */
 static void split_item(const flash_job *j, float *sc, int i) {
-    const int hk = i % j->d->Hkv, c = j->c0 + i / j->d->Hkv, R = j->d->T * j->L.G;
-    float *slot = item_slot(j, i), *m = slot, *l = slot + pad16((size_t)R), *A = slot + 2 * pad16((size_t)R);
-    unit_queries(j, sc + j->L.qs, 0, j->d->T, hk);
+    const int g = i % j->n_groups, c = j->c0 + i / j->n_groups, R = j->d->T * j->L.G;
+    const int hk0 = g * j->hg, hk1 = hk0 + j->hg < j->d->Hkv ? hk0 + j->hg : j->d->Hkv;
+    const size_t lo = pad16((size_t)R), ao = 2 * pad16((size_t)R);
+    for (int hk = hk0; hk < hk1; hk++) {
+        float *slot = head_slot(j, i, hk - hk0);
+        range_start(R, j->L.Dp, slot, slot + lo, slot + ao);
+    }
     const int a = c * j->chunk > j->ps ? c * j->chunk : j->ps, b = (c + 1) * j->chunk < j->pe ? (c + 1) * j->chunk : j->pe;
-    unit_range(j, sc, 0, j->d->T, hk, a, b, m, l, A);
+    const int first = kern_attn_first_pos(j->d, j->d->q_pos0);
+    if (hk1 - hk0 == 1) unit_queries(j, sc + j->L.qs, 0, j->d->T, hk0);
+    for (int p0 = a; p0 < b; p0 += j->L.tile)
+        for (int hk = hk0; hk < hk1; hk++) {
+            float *slot = head_slot(j, i, hk - hk0);
+            if (hk1 - hk0 > 1) unit_queries(j, sc + j->L.qs, 0, j->d->T, hk);
+            range_tile(j, sc, 0, j->d->T, hk, p0, b - p0 < j->L.tile ? b - p0 : j->L.tile, first, slot, slot + lo,
+                       slot + ao);
+        }
 }
 
 static void flash_task(void *ctx, int ith, int nth) {
@@ -629,30 +684,37 @@ void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_
         flash_task(&j, 0, 1);
         return;
     }
-    /* Too few units for the threads (one sequence decoding with fewer KV
-     * heads than threads, or heads that do not divide evenly): split each
-     * head's chunks across threads, then fold the partials in chunk order
-     * here, with the code flash_unit folds with, so the bits are the same
-     * as without the split (and independent of the thread count). */
+    /* One block of queries (a sequence decoding): every (chunk, group of
+     * KV heads) is an item any thread takes, so a sequence uses every
+     * thread even with fewer KV heads than threads (gemma3-1b has one), and
+     * a thread reads a group's heads block by block (split_item).  Groups
+     * are as large as leaves about 4 items per thread.  The partials are
+     * folded in chunk order here, with the code flash_unit folds with, so
+     * the bits are those without the split, whatever the thread count. */
     j.nth = core_pool_size(pool);
-    if (j.n_qb == 1 && j.nth > 1 && j.n_units < 4 * j.nth) {
+    if (j.n_qb == 1) {
         const int R = d->T * j.L.G;
-        unit_span(&j, 0, d->T, &j.ps, &j.pe, &j.c0, &j.n_items);
-        j.n_items = (j.n_items - j.c0 + 1) * d->Hkv;
+        int c1;
+        unit_span(&j, 0, d->T, &j.ps, &j.pe, &j.c0, &c1);
+        const int nch = c1 - j.c0 + 1, want = (4 * j.nth + nch - 1) / nch;
+        j.n_groups = want < d->Hkv ? want : d->Hkv;
+        j.hg = (d->Hkv + j.n_groups - 1) / j.n_groups;
+        j.n_groups = (d->Hkv + j.hg - 1) / j.hg;
+        j.n_items = nch * j.n_groups;
         j.slot_floats = 2 * pad16((size_t)R) + pad16((size_t)R * j.L.Dp);
-        j.split = j.n_items > j.n_units &&
-                  (size_t)((j.n_items + j.nth - 1) / j.nth) * j.slot_floats <= FLASH_SPLIT_FLOATS;
+        j.split = (nch > 1 || j.hg > 1) &&
+                  (size_t)((j.n_items + j.nth - 1) / j.nth) * j.hg * j.slot_floats <= FLASH_SPLIT_FLOATS;
     }
     core_pool_run(pool, flash_task, &j);
     if (!j.split) return;
     atomic_fetch_add_explicit(&g_split_calls, 1, memory_order_relaxed);
     float *sc = thread_scratch(&j, 0);
-    const int R = d->T * j.L.G, nch = j.n_items / d->Hkv;
+    const int R = d->T * j.L.G, nch = j.n_items / j.n_groups;
     float *M = sc + j.L.mm, *Ls = sc + j.L.ll, *Acc = sc + j.L.acc;
     for (int hk = 0; hk < d->Hkv; hk++) {
         for (int r = 0; r < R; r++) M[r] = -INFINITY, Ls[r] = 0.0f;
         for (int c = 0; c < nch; c++) {
-            const float *slot = item_slot(&j, c * d->Hkv + hk);
+            const float *slot = head_slot(&j, c * j.n_groups + hk / j.hg, hk % j.hg);
             merge_partial(R, j.L.Dp, slot, slot + pad16((size_t)R), slot + 2 * pad16((size_t)R), M, Ls, Acc);
         }
         unit_out(&j, 0, d->T, hk, Ls, Acc);
