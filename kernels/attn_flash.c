@@ -294,7 +294,7 @@ typedef struct {
      * threads' slots, n_groups groups per chunk */
     bool split;
     int n_items, nth, c0, ps, pe, n_groups, hg;
-    size_t slot_floats;
+    size_t slot_floats, q_floats;
     _Atomic int next;
 } flash_job;
 
@@ -358,8 +358,7 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
     int jj = 0;
     for (; jj < n && p0 + jj < p_lo; jj++) /* before every query's window: never read (the block may be gone) */
         kp[jj] = vp[jj] = sc + L->kz;
-    if (kv->head_stride && (j->direct_k || j->f16_k) && (j->direct_v || j->f16_v) && kbytes == vbytes &&
-        kv->row_bytes == kbytes) {
+    if (kv->head_stride && (j->direct_k || j->f16_k) && (j->direct_v || j->f16_v) && kv->row_bytes == kbytes) {
         /* head-major rows read in place (a decoding F16 or F32 cache): a
          * block holds the head's rows back to back, so each block's part
          * of the tile is one run of K and one of V, prefetched line by
@@ -444,18 +443,18 @@ static void range_start(int R, int Dp, float *m, float *l, float *A) {
 }
 
 /* One tile [p0, p0 + n) of the online softmax of the unit's rows (queries
- * t0 .. t1-1 of KV head hk, already in Qs): load it, then S = Qs . K^T,
+ * t0 .. t1-1 of KV head hk, scaled in Qs): load it, then S = Qs . K^T,
  * per row m, l and A brought up to date (see the top), A += S . V.  A row
  * whose query sees nothing of the range keeps m = -inf, l = 0, A = 0. */
-static void range_tile(const flash_job *j, float *sc, int t0, int t1, int hk, int p0, int n, int first, float *m,
-                       float *l, float *A) {
+static void range_tile(const flash_job *j, float *sc, const float *Qs, int t0, int t1, int hk, int p0, int n,
+                       int first, float *m, float *l, float *A) {
     const kern_attn_dims *dm = j->d;
     const flash_layout *L = &j->L;
     const attn_flash_ops *ops = j->ops;
     const int G = L->G, Dp = L->Dp, TP = L->TP;
     const int R = (t1 - t0) * G, nc = round8(n);
     const float cap = dm->softcap;
-    float *Qs = sc + L->qs, *S = sc + L->s;
+    float *S = sc + L->s;
     load_tile(j, sc, hk, p0, n, nc, first);
     /* rows whose query sees p0: q_pos0 + t >= p0 (a suffix of the rows) */
     const int t_first = p0 - dm->q_pos0 > t0 ? p0 - dm->q_pos0 : t0;
@@ -504,7 +503,7 @@ static void unit_range(const flash_job *j, float *sc, int t0, int t1, int hk, in
     range_start((t1 - t0) * j->L.G, j->L.Dp, m, l, A);
     const int first = kern_attn_first_pos(j->d, j->d->q_pos0 + t0);
     for (int p0 = ps; p0 < pe; p0 += j->L.tile)
-        range_tile(j, sc, t0, t1, hk, p0, pe - p0 < j->L.tile ? pe - p0 : j->L.tile, first, m, l, A);
+        range_tile(j, sc, sc + j->L.qs, t0, t1, hk, p0, pe - p0 < j->L.tile ? pe - p0 : j->L.tile, first, m, l, A);
 }
 
 /* Folds one chunk's partial (m, l, A: unit_range's) into the running
@@ -585,11 +584,14 @@ static float *thread_scratch(const flash_job *j, int ith) {
 }
 
 /* split mode (one block of queries, T <= Tq): item i is chunk c0 + i /
- * n_groups of KV heads g hg .. g hg + hg - 1, g = i % n_groups; the
- * partials (m[R], l[R], A[R][Dp]) of its heads live in thread (i % nth)'s
- * split area, slots (i / nth) hg .. (i / nth) hg + hg - 1 */
+ * n_groups of KV heads g hg .. g hg + hg - 1, g = i % n_groups.  A
+ * thread's split area starts with the scaled queries of the group it is
+ * on (hg x [R][Dp], q_floats), then the partials (m[R], l[R], A[R][Dp]) of
+ * item i's heads live in thread (i % nth)'s area, slots (i / nth) hg ..
+ * (i / nth) hg + hg - 1 */
 static float *head_slot(const flash_job *j, int i, int h) {
-    return thread_scratch(j, i % j->nth) + j->L.split + ((size_t)(i / j->nth) * j->hg + h) * j->slot_floats;
+    return thread_scratch(j, i % j->nth) + j->L.split + j->q_floats +
+           ((size_t)(i / j->nth) * j->hg + h) * j->slot_floats;
 }
 
 /* One item: its chunk's tiles in order, and inside each tile its heads in
@@ -601,20 +603,20 @@ static float *head_slot(const flash_job *j, int i, int h) {
 static void split_item(const flash_job *j, float *sc, int i) {
     const int g = i % j->n_groups, c = j->c0 + i / j->n_groups, R = j->d->T * j->L.G;
     const int hk0 = g * j->hg, hk1 = hk0 + j->hg < j->d->Hkv ? hk0 + j->hg : j->d->Hkv;
-    const size_t lo = pad16((size_t)R), ao = 2 * pad16((size_t)R);
+    const size_t lo = pad16((size_t)R), ao = 2 * pad16((size_t)R), qh = pad16((size_t)R * j->L.Dp);
+    float *Qg = sc + j->L.split; /* this thread's: the item's heads' queries */
     for (int hk = hk0; hk < hk1; hk++) {
         float *slot = head_slot(j, i, hk - hk0);
         range_start(R, j->L.Dp, slot, slot + lo, slot + ao);
+        unit_queries(j, Qg + (size_t)(hk - hk0) * qh, 0, j->d->T, hk);
     }
     const int a = c * j->chunk > j->ps ? c * j->chunk : j->ps, b = (c + 1) * j->chunk < j->pe ? (c + 1) * j->chunk : j->pe;
     const int first = kern_attn_first_pos(j->d, j->d->q_pos0);
-    if (hk1 - hk0 == 1) unit_queries(j, sc + j->L.qs, 0, j->d->T, hk0);
     for (int p0 = a; p0 < b; p0 += j->L.tile)
         for (int hk = hk0; hk < hk1; hk++) {
             float *slot = head_slot(j, i, hk - hk0);
-            if (hk1 - hk0 > 1) unit_queries(j, sc + j->L.qs, 0, j->d->T, hk);
-            range_tile(j, sc, 0, j->d->T, hk, p0, b - p0 < j->L.tile ? b - p0 : j->L.tile, first, slot, slot + lo,
-                       slot + ao);
+            range_tile(j, sc, Qg + (size_t)(hk - hk0) * qh, 0, j->d->T, hk, p0,
+                       b - p0 < j->L.tile ? b - p0 : j->L.tile, first, slot, slot + lo, slot + ao);
         }
 }
 
@@ -702,8 +704,9 @@ void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_
         j.n_groups = (d->Hkv + j.hg - 1) / j.hg;
         j.n_items = nch * j.n_groups;
         j.slot_floats = 2 * pad16((size_t)R) + pad16((size_t)R * j.L.Dp);
-        j.split = (nch > 1 || j.hg > 1) &&
-                  (size_t)((j.n_items + j.nth - 1) / j.nth) * j.hg * j.slot_floats <= FLASH_SPLIT_FLOATS;
+        j.q_floats = (size_t)j.hg * pad16((size_t)R * j.L.Dp);
+        j.split = (nch > 1 || j.hg > 1) && j.q_floats + (size_t)((j.n_items + j.nth - 1) / j.nth) * j.hg *
+                                                             j.slot_floats <= FLASH_SPLIT_FLOATS;
     }
     core_pool_run(pool, flash_task, &j);
     if (!j.split) return;
