@@ -558,63 +558,77 @@ static void test_flash_rows_batch_invariant(void **state) {
  *     chunks in one thread; 2, 3, 8: split across threads), and a query
  *     decoded alone equals it inside the block;
  *   - and the split path did run (kern_attn_flash_split_calls). */
+static int split_cases(int type, int layout, int H, int Hkv, int D, int P, int T, int window, float softcap) {
+    const int splits[] = {0, 64, 100, 192}, tiles_[] = {0, 16, 40}, threads[] = {2, 3, 8};
+    kern_tier tl[2];
+    const int nt = tiers(tl), E = Hkv * D;
+    int n_cases = 0;
+    const size_t per = (size_t)H * D, nq = (size_t)T * per;
+    float *q = malloc(sizeof(float) * nq), *K = malloc(sizeof(float) * P * E), *V = malloc(sizeof(float) * P * E);
+    float *ref = malloc(sizeof(float) * nq), *o1 = malloc(sizeof(float) * nq), *on = malloc(sizeof(float) * nq);
+    fill(q, nq); fill(K, (size_t)P * E); fill(V, (size_t)P * E);
+    for (size_t i = 0; i < nq; i++) q[i] *= 3.0f; /* peaked softmax: the chunks' maxima differ */
+    cache c;
+    cache_build(&c, type, layout, Hkv, D, P, K, V, NULL);
+    for (int ti = 0; ti < nt; ti++) {
+        assert_true(kern_set_tier(tl[ti]));
+        for (size_t ki = 0; ki < sizeof tiles_ / sizeof *tiles_; ki++) {
+            kern_attn_dims d = {.T = T, .H = H, .Hkv = Hkv, .D = D, .q_pos0 = P - T, .tile = tiles_[ki],
+                                .softcap = softcap, .window = window, .split = -1};
+            run_flash(1, q, &c.v, ref, &d);
+            for (size_t pi = 0; pi < sizeof splits / sizeof *splits; pi++) {
+                d.split = splits[pi];
+                char what[256];
+                snprintf(what, sizeof what, "tier %s %s %s H=%d Hkv=%d D=%d P=%d T=%d tile=%d split=%d window=%d",
+                         kern_tier_name(tl[ti]), kern_type_name(type), layout_name[layout], H, Hkv, D, P, T,
+                         tiles_[ki], splits[pi], window);
+                run_flash(1, q, &c.v, o1, &d);
+                check_close(o1, ref, nq, 1e-5f, what);
+                for (size_t hi = 0; hi < sizeof threads / sizeof *threads; hi++) {
+                    run_flash(threads[hi], q, &c.v, on, &d);
+                    if (memcmp(on, o1, sizeof(float) * nq)) fail_msg("%s: %d threads != 1 thread", what, threads[hi]);
+                }
+                if (T > 1) { /* the last query alone */
+                    kern_attn_dims one = d;
+                    one.T = 1, one.q_pos0 = P - 1;
+                    run_flash(2, q + (size_t)(T - 1) * per, &c.v, on, &one);
+                    if (memcmp(on, o1 + (size_t)(T - 1) * per, sizeof(float) * per))
+                        fail_msg("%s: last query alone != in its block", what);
+                }
+                n_cases++;
+            }
+        }
+    }
+    kern_set_tier(kern_best_tier());
+    cache_free(&c);
+    free(q); free(K); free(V); free(ref); free(o1); free(on);
+    return n_cases;
+}
+
 static void test_flash_split(void **state) {
     (void)state;
     const int shapes[][3] = {{8, 1, 64}, {8, 2, 64}, {4, 4, 40}, {6, 3, 12}, {4, 1, 256}}; /* H, Hkv, D */
     const int types[] = {KT_F32, KT_F16, KT_Q8_0}, layouts[] = {CONTIG, PAGED5, HEADS16};
-    const int lens[] = {1, 65, 200, 700, 1500}, splits[] = {0, 64, 100, 192}, tiles_[] = {0, 16, 40};
-    const int threads[] = {2, 3, 8};
-    kern_tier tl[2];
-    const int nt = tiers(tl);
+    const int lens[] = {1, 65, 200, 700, 1500};
     const int64_t calls0 = kern_attn_flash_split_calls();
     int n_cases = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
         for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
-            const int H = shapes[si][0], Hkv = shapes[si][1], D = shapes[si][2], E = Hkv * D, P = lens[li];
+            const int H = shapes[si][0], Hkv = shapes[si][1], D = shapes[si][2], P = lens[li];
             const int type = valid_type(types[(si + li) % 3], Hkv, D);
             const int layout = valid_layout(layouts[(si * 2 + li) % 3], type, D);
             const int T = P >= 3 && li % 2 ? 3 : 1, window = si == 3 && P > 300 ? 250 : 0;
-            const float softcap = si == 2 ? 3.0f : 0.0f;
-            const size_t per = (size_t)H * D, nq = (size_t)T * per;
-            float *q = malloc(sizeof(float) * nq), *K = malloc(sizeof(float) * P * E), *V = malloc(sizeof(float) * P * E);
-            float *ref = malloc(sizeof(float) * nq), *o1 = malloc(sizeof(float) * nq), *on = malloc(sizeof(float) * nq);
-            fill(q, nq); fill(K, (size_t)P * E); fill(V, (size_t)P * E);
-            for (size_t i = 0; i < nq; i++) q[i] *= 3.0f; /* peaked softmax: the chunks' maxima differ */
-            cache c;
-            cache_build(&c, type, layout, Hkv, D, P, K, V, NULL);
-            for (int ti = 0; ti < nt; ti++) {
-                assert_true(kern_set_tier(tl[ti]));
-                for (size_t ki = 0; ki < sizeof tiles_ / sizeof *tiles_; ki++) {
-                    kern_attn_dims d = {.T = T, .H = H, .Hkv = Hkv, .D = D, .q_pos0 = P - T, .tile = tiles_[ki],
-                                        .softcap = softcap, .window = window, .split = -1};
-                    run_flash(1, q, &c.v, ref, &d);
-                    for (size_t pi = 0; pi < sizeof splits / sizeof *splits; pi++) {
-                        d.split = splits[pi];
-                        char what[256];
-                        snprintf(what, sizeof what, "tier %s %s %s H=%d Hkv=%d D=%d P=%d T=%d tile=%d split=%d window=%d",
-                                 kern_tier_name(tl[ti]), kern_type_name(type), layout_name[layout], H, Hkv, D, P, T,
-                                 tiles_[ki], splits[pi], window);
-                        run_flash(1, q, &c.v, o1, &d);
-                        check_close(o1, ref, nq, 1e-5f, what);
-                        for (size_t hi = 0; hi < sizeof threads / sizeof *threads; hi++) {
-                            run_flash(threads[hi], q, &c.v, on, &d);
-                            if (memcmp(on, o1, sizeof(float) * nq))
-                                fail_msg("%s: %d threads != 1 thread", what, threads[hi]);
-                        }
-                        if (T > 1) { /* the last query alone */
-                            kern_attn_dims one = d;
-                            one.T = 1, one.q_pos0 = P - 1;
-                            run_flash(2, q + (size_t)(T - 1) * per, &c.v, on, &one);
-                            if (memcmp(on, o1 + (size_t)(T - 1) * per, sizeof(float) * per))
-                                fail_msg("%s: last query alone != in its block", what);
-                        }
-                        n_cases++;
-                    }
-                }
-            }
-            kern_set_tier(kern_best_tier());
-            cache_free(&c);
-            free(q); free(K); free(V); free(ref); free(o1); free(on);
+            n_cases += split_cases(type, layout, H, Hkv, D, P, T, window, si == 2 ? 3.0f : 0.0f);
+        }
+    /* groups of several KV heads (hg > 1) in more than one group, many
+     * chunks, and the decoding cache's rows read in place (F16 / F32,
+     * head-major): with 8 KV heads and 2-8 threads, 200-700 positions in
+     * chunks of 64-192 leave 2-4 groups of 2-4 heads */
+    const int group_types[] = {KT_F16, KT_F32};
+    for (size_t gi = 0; gi < 2; gi++)
+        for (int P = 200; P <= 700; P += 500) {
+            n_cases += split_cases(group_types[gi], valid_layout(HEADS16, group_types[gi], 64), 16, 8, 64, P, 1, 0, 0.0f);
+            n_cases += split_cases(group_types[gi], valid_layout(PAGED5, group_types[gi], 64), 16, 8, 64, P, 1, 0, 0.0f);
         }
     const int64_t split_runs = kern_attn_flash_split_calls() - calls0;
     print_message("%d split cases, %lld kernel calls took the split path\n", n_cases, (long long)split_runs);
