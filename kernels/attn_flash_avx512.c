@@ -43,6 +43,14 @@ AI __m512 ld_pair(const void *a, const void *b, int c, const bool f16) {
                               _mm256_loadu_ps((const float *)b + c), 1);
 }
 
+/* each element at an even index plus the odd one after it: the 8 sums of
+ * a's 16 elements, then b's */
+AI __m512 pairsum(__m512 a, __m512 b) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    return _mm512_add_ps(_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b));
+}
+
 /* S[rb][2 kp + h] for RB rows x KP key pairs (RB * KP <= 16 accumulators,
  * half the register file: a K pair loaded and converted once feeds RB
  * FMAs, a query chunk KP): key 2 kp + h of the block is K[2 kp + h] */
@@ -58,20 +66,32 @@ AI void score_block(const int RB, const int KP, int Dp, const float *Q, int ldq,
             for (int kp = 0; kp < KP; kp++) acc[rb * KP + kp] = _mm512_fmadd_ps(q, kv[kp], acc[rb * KP + kp]);
         }
     }
-    /* the 256-bit halves in score order: (rb, kp, h) -> 2 (rb KP + kp) + h */
-    __m256 y[32];
-    for (int i = 0; i < RB * KP; i++) {
-        y[2 * i] = _mm512_castps512_ps256(acc[i]);
-        y[2 * i + 1] = _mm512_extractf32x8_ps(acc[i], 1);
-    }
-    /* 8 scores per reduce8, in order: row i / (2 KP), column i % (2 KP) */
-    for (int g = 0; g < 2 * RB * KP; g += 8) {
-        const __m256 r = reduce8(y + g);
-        if (2 * KP >= 8) { /* 8 columns of one row */
-            _mm256_storeu_ps(S + (size_t)(g / (2 * KP)) * lds + g % (2 * KP), r);
-        } else { /* KP = 2: 4 columns of two rows */
-            _mm_storeu_ps(S + (size_t)(g / 4) * lds, _mm256_castps256_ps128(r));
-            _mm_storeu_ps(S + (size_t)(g / 4 + 1) * lds, _mm256_extractf128_ps(r, 1));
+    /* The tree of kernels/attn_flash.h on 512-bit registers: pairsum(A, B)
+     * adds each even element to the odd one after it, A's 8 sums then B's.
+     * Three rounds over 8 accumulators (16 scores' 8 lanes) leave the 16
+     * scores in order, summed as reduce8 sums them: (l0 + l1), then
+     * (l0 + l1) + (l2 + l3), then L + H; half the shuffles of reduce8 on
+     * the 256-bit halves.  Score i of the block (i = 2 (rb KP + kp) + h)
+     * is row i / (2 KP), column i % (2 KP). */
+    for (int g = 0; g < RB * KP; g += 8) {
+        __m512 x[8];
+        for (int m = 0; m < 8; m++) x[m] = g + m < RB * KP ? acc[g + m] : _mm512_setzero_ps();
+        for (int w = 8; w > 1; w /= 2)
+            for (int m = 0; m < w / 2; m++) x[m] = pairsum(x[2 * m], x[2 * m + 1]);
+        const int s0 = 2 * g; /* the first score of x[0] */
+        if (2 * KP >= 16) { /* 16 columns of one row */
+            _mm512_storeu_ps(S + (size_t)(s0 / (2 * KP)) * lds + s0 % (2 * KP), x[0]);
+        } else if (2 * KP == 8) { /* 8 columns of two rows (one when RB KP = 4) */
+            _mm256_storeu_ps(S + (size_t)(s0 / 8) * lds, _mm512_castps512_ps256(x[0]));
+            if (g + 4 < RB * KP) _mm256_storeu_ps(S + (size_t)(s0 / 8 + 1) * lds, _mm512_extractf32x8_ps(x[0], 1));
+        } else { /* KP = 2: 4 columns of four rows */
+            for (int k = 0; k < 4; k++) {
+                const __m128 r4 = k == 0 ? _mm512_castps512_ps128(x[0])
+                                  : k == 1 ? _mm512_extractf32x4_ps(x[0], 1)
+                                  : k == 2 ? _mm512_extractf32x4_ps(x[0], 2)
+                                           : _mm512_extractf32x4_ps(x[0], 3);
+                if (g + 2 * k < RB * KP) _mm_storeu_ps(S + (size_t)(s0 / 4 + k) * lds, r4);
+            }
         }
     }
 }
@@ -113,6 +133,46 @@ static void scores_rows_f16_avx512(int R, int Dp, int nc, const float *Q, int ld
 /* A[r][c] += sum_j P[r][j] V[j][c], each element one FMA chain over j */
 AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const *V, float *A, int lda, const bool f16) {
     int r = 0;
+    /* 8 rows x 32 columns (GQA: a KV head's 8 query rows): 16 chains, each
+     * V load converted once for 8 rows, half the conversions of two 4-row
+     * passes */
+    for (; r + 8 <= R && Dp >= 32; r += 8) {
+        const float *p[8];
+        float *o[8];
+        for (int i = 0; i < 8; i++) p[i] = P + (size_t)(r + i) * ldp, o[i] = A + (size_t)(r + i) * lda;
+        int c = 0;
+        for (; c + 32 <= Dp; c += 32) {
+            __m512 a[8][2];
+            for (int i = 0; i < 8; i++) a[i][0] = _mm512_loadu_ps(o[i] + c), a[i][1] = _mm512_loadu_ps(o[i] + c + 16);
+            for (int j = 0; j < n; j++) {
+                const __m512 v0 = ld16(V[j], c, f16), v1 = ld16(V[j], c + 16, f16);
+                for (int i = 0; i < 8; i++) {
+                    const __m512 b = _mm512_set1_ps(p[i][j]);
+                    a[i][0] = _mm512_fmadd_ps(b, v0, a[i][0]);
+                    a[i][1] = _mm512_fmadd_ps(b, v1, a[i][1]);
+                }
+            }
+            for (int i = 0; i < 8; i++) _mm512_storeu_ps(o[i] + c, a[i][0]), _mm512_storeu_ps(o[i] + c + 16, a[i][1]);
+        }
+        for (; c + 16 <= Dp; c += 16) {
+            __m512 a[8];
+            for (int i = 0; i < 8; i++) a[i] = _mm512_loadu_ps(o[i] + c);
+            for (int j = 0; j < n; j++) {
+                const __m512 v0 = ld16(V[j], c, f16);
+                for (int i = 0; i < 8; i++) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i][j]), v0, a[i]);
+            }
+            for (int i = 0; i < 8; i++) _mm512_storeu_ps(o[i] + c, a[i]);
+        }
+        for (; c < Dp; c += 8) { /* Dp is a multiple of 8 */
+            __m256 a[8];
+            for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(o[i] + c);
+            for (int j = 0; j < n; j++) {
+                const __m256 v0 = ld8(V[j], c, f16);
+                for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(_mm256_set1_ps(p[i][j]), v0, a[i]);
+            }
+            for (int i = 0; i < 8; i++) _mm256_storeu_ps(o[i] + c, a[i]);
+        }
+    }
     for (; r + 4 <= R; r += 4) {
         const float *p0 = P + (size_t)r * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
         float *o0 = A + (size_t)r * lda, *o1 = o0 + lda, *o2 = o1 + lda, *o3 = o2 + lda;

@@ -638,7 +638,7 @@ static void test_flash_split(void **state) {
 /* The avx512 tier's 512-bit products (kernels/attn_flash_avx512.c) give
  * the AVX2 table's bits exactly: decode and prefill row counts (every
  * 8/4/2/1-row block and the 16-key blocks of one row), MQA / GQA / MHA,
- * D with tails of 8 and 16 and up to 256, F32 / F16 / Q8_0 caches, tiles
+ * D with tails of 8 and 16 past 32-column blocks and up to 256, F32 / F16 / Q8_0 caches, tiles
  * with a partial last block of keys, multi-chunk contexts.  Skipped where
  * the CPU has no AVX-512 (the AVX2 table is then what runs). */
 static void test_flash_avx512_equals_avx2(void **state) {
@@ -647,7 +647,8 @@ static void test_flash_avx512_equals_avx2(void **state) {
         print_message("no AVX-512 on this CPU: skipped\n");
         return;
     }
-    const int shapes[][3] = {{8, 1, 64}, {8, 8, 64}, {32, 4, 64}, {4, 2, 40}, {6, 3, 24}, {4, 1, 256}, {2, 2, 8}};
+    const int shapes[][3] = {{8, 1, 64}, {8, 8, 64}, {32, 4, 64}, {4, 2, 40}, {6, 3, 24}, {4, 1, 256}, {2, 2, 8},
+                             {16, 2, 48}, {8, 1, 80}};
     const int Ts[] = {1, 2, 3, 5, 8, 13, 37}, types[] = {KT_F32, KT_F16, KT_Q8_0}, tiles_[] = {0, 24};
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
         for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++) {
