@@ -13,10 +13,12 @@
  *           sums q[d] k[d] over d = i mod 8), so a zmm holds TWO keys' 8
  *           lanes (low half key j, high half key j + 1) and the query's 8
  *           floats broadcast to both halves; the FMAs are the same per
- *           lane, and the halves are reduced with the AVX2 tree (reduce8
- *           on the 256-bit halves).
+ *           lane, and the lanes are summed in the AVX2 tree's order
+ *           (reduce8's pairs, then pairs of pairs, then the two halves)
+ *           by pairsum rounds on whole zmm registers.
  *   pv      each output element is one FMA chain over j in order; 16
- *           elements per zmm instead of 8 per ymm changes nothing.
+ *           elements per zmm instead of 8 per ymm, or 8 rows per block
+ *           instead of 4, changes nothing.
  * Compiled with the AVX-512 flags (F, BW, VL, DQ); used at the avx512
  * tier only. */
 #if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__F16C__) && defined(__FMA__)

@@ -1,7 +1,9 @@
 /* kernels/attn_flash_simd.h - private to kernels/attn_flash_avx2.c and
  * kernels/attn_flash_avx512.c: the pieces both tiers must share to give the
  * same bits (a row's 8 elements as floats, and the reduction tree of a
- * score's 8 lanes, kernels/attn_flash.h).  Needs AVX2 + FMA + F16C. */
+ * score's 8 lanes, kernels/attn_flash.h; the avx512 table sums the lanes
+ * in the same order on zmm registers, its pairsum).  Needs AVX2 + FMA +
+ * F16C. */
 #ifndef KVANT_KERNELS_ATTN_FLASH_SIMD_H
 #define KVANT_KERNELS_ATTN_FLASH_SIMD_H
 
