@@ -222,13 +222,15 @@ static void attn_bench(int reps) {
 }
 
 /* Decode attention at depth: ONE sequence of P cached positions (paged F16,
- * head-major blocks of 16), L layers, with 1 and `threads` threads: the
+ * head-major blocks of 16; --depth, default 8192), L layers (--layers,
+ * default 4: 96 MiB of stories110M K/V, inside a large L3; 12 is the
+ * model's 288 MiB), with 1 and `threads` threads: the
  * K/V bytes read per second, to set beside kvant-stream's read bandwidth.
  * Shapes: stories110M (12 heads, MHA), tinyllama (32 query heads on 4 KV
  * heads) and an MQA head (8 on 1, gemma3-1b's KV layout), where only the
  * chunk split (flash-decoding) lets two threads share the work. */
-static void attn_depth_bench(int threads, int reps) {
-    enum { P = 8192, L = 4, B = 16 };
+static void attn_depth_bench(int threads, int reps, int P, int L, int tile) {
+    enum { B = 16 };
     const int shapes[][3] = {{12, 12, 64}, {32, 4, 64}, {8, 1, 256}}; /* H, Hkv, D */
     const char *names[] = {"stories110M (12/12 x 64)", "tinyllama (32/4 x 64)", "MQA (8/1 x 256)"};
     printf("\ndecode attention at depth %d (kern_attn_flash, T = 1, one sequence, paged F16 head-major, %d layers)\n\n"
@@ -258,7 +260,7 @@ static void attn_depth_bench(int threads, int reps) {
         free(toks);
         float *q = malloc(sizeof(float) * H * D), *out = malloc(sizeof(float) * H * D);
         for (int i = 0; i < H * D; i++) q[i] = frand();
-        const kern_attn_dims d = {1, H, Hkv, D, P - 1, 0};
+        const kern_attn_dims d = {1, H, Hkv, D, P - 1, tile};
         for (int nt = 1; nt <= threads; nt += threads > 1 ? threads - 1 : 1) {
             core_pool *pool = core_pool_new(nt);
             void *scratch = malloc((size_t)nt * kern_attn_flash_scratch_bytes(&d));
@@ -287,7 +289,7 @@ static void attn_depth_bench(int threads, int reps) {
 }
 
 int main(int argc, char **argv) {
-    int threads = 2, reps = 5;
+    int threads = 2, reps = 5, depth = 8192, layers = 4, tile = 0;
     bool attn = false, peak = false;
     const char *types_arg = "F16,Q8_0,Q4_0,Q4_K,Q6_K";
     for (int i = 1; i < argc; i++) {
@@ -295,17 +297,23 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--types") && i + 1 < argc) types_arg = argv[++i];
         else if (!strcmp(argv[i], "--attn")) attn = true;
+        else if (!strcmp(argv[i], "--depth") && i + 1 < argc) depth = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tile") && i + 1 < argc) tile = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--peak")) peak = true;
         else {
             fprintf(stderr, "usage: kvant-kernels [-t THREADS] [-r REPS] [--peak] [--types F16,Q8_0,Q4_0,Q4_K,Q6_K]\n"
-                            "       kvant-kernels --attn [-t THREADS] [-r REPS]\n");
+                            "       kvant-kernels --attn [-t THREADS] [-r REPS] [--depth 8192] [--layers 4] [--tile 0 = default]\n");
             return 2;
         }
     }
-    if (threads < 1 || reps < 1) { fprintf(stderr, "kvant-kernels: -t and -r must be >= 1\n"); return 2; }
+    if (threads < 1 || reps < 1 || depth < 16 || layers < 1) {
+        fprintf(stderr, "kvant-kernels: -t, -r and --layers must be >= 1, --depth >= 16\n");
+        return 2;
+    }
     if (attn) {
         attn_bench(reps);
-        attn_depth_bench(threads, reps);
+        attn_depth_bench(threads, reps, depth, layers, tile);
         return 0;
     }
     core_pool *pool = core_pool_new(threads);
