@@ -339,6 +339,37 @@ static void rope_head(float *x, int pos, const kern_rope_params *p, const float 
     }
 }
 
+/* the cache lines of bytes [p, p + n) into L2 (prefetcht2), not L1: a
+ * tile's 256 lines of K and V outnumber the L1's miss buffers */
+static inline void prefetch_l2(const uint8_t *p, size_t n) {
+    const size_t skew = (uintptr_t)p & 63;
+    for (size_t o = 0; o < n + skew; o += 64) __builtin_prefetch(p - skew + o, 0, 1);
+}
+
+/* true when tiles are read in place from a head-major cache (F32 or F16
+ * rows, a head's rows back to back in each block): load_tile's first way */
+static bool tiles_in_place(const flash_job *j) {
+    const size_t kbytes = (size_t)j->d->D * (j->f16_k ? 2 : 4);
+    return j->kv->head_stride && (j->direct_k || j->f16_k) && (j->direct_v || j->f16_v) && j->kv->row_bytes == kbytes;
+}
+
+/* ask for head hk's K and V runs of positions [p0, p0 + n) (an in-place
+ * tile, tiles_in_place) */
+static void prefetch_tile(const flash_job *j, int hk, int p0, int n) {
+    const kern_kv_view *kv = j->kv;
+    int64_t e0;
+    const size_t hoff = kern_kv_head_offset(kv, hk, j->d->D, &e0);
+    const size_t kbytes = (size_t)j->d->D * (j->f16_k ? 2 : 4), vbytes = (size_t)j->d->D * (j->f16_v ? 2 : 4);
+    const size_t hb = hoff + (size_t)e0 * (j->f16_k ? 2 : 4), hv = hoff + (size_t)e0 * (j->f16_v ? 2 : 4);
+    for (int jj = 0; jj < n;) {
+        const int p = p0 + jj, slot = p % kv->block_size;
+        const int cnt = kv->block_size - slot < n - jj ? kv->block_size - slot : n - jj;
+        prefetch_l2(view_row(kv, kv->k_base, p) + hb, (size_t)cnt * kbytes);
+        prefetch_l2(view_row(kv, kv->v_base, p) + hv, (size_t)cnt * vbytes);
+        jj += cnt;
+    }
+}
+
 /* kp[jj] = K row p0+jj (rotated when rope_k), the zero row for n <= jj <
  * nc; vp[jj] = V row p0+jj.  In place for F32 / F16 rows when D % 8 == 0,
  * else dequantized into Kd / Vs and zero-padded to Dp */
@@ -358,23 +389,21 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
     int jj = 0;
     for (; jj < n && p0 + jj < p_lo; jj++) /* before every query's window: never read (the block may be gone) */
         kp[jj] = vp[jj] = sc + L->kz;
-    if (kv->head_stride && (j->direct_k || j->f16_k) && (j->direct_v || j->f16_v) && kv->row_bytes == kbytes) {
+    if (tiles_in_place(j)) {
         /* head-major rows read in place (a decoding F16 or F32 cache): a
          * block holds the head's rows back to back, so each block's part
-         * of the tile is one run of K and one of V, prefetched
-         * line by line (the hardware prefetcher loses the stream at every
-         * block), into L2 (prefetcht2), not L1: a tile's 256 lines of K and
-         * V outnumber the L1's miss buffers.  On Zen 4 (family 25 model 17,
-         * 2 threads) stories110M Q8_0 decoded at depth 8192 at 58-64 t/s
-         * so against 44-51 with prefetcht0, tinyllama-1.1b at 27 against
-         * 23 (alternating kvant bench -d 8192 runs) */
+         * of the tile is one run of K and one of V, asked for line by line
+         * (the hardware prefetcher loses the stream at every block).  On
+         * Zen 4 (family 25 model 17, 2 threads) stories110M Q8_0 decoded
+         * at depth 8192 at 58-64 t/s with prefetcht2 against 44-51 with
+         * prefetcht0, tinyllama-1.1b at 27 against 23 (alternating kvant
+         * bench -d 8192 runs) */
         while (jj < n) {
             const int p = p0 + jj, slot = p % kv->block_size;
             const int cnt = kv->block_size - slot < n - jj ? kv->block_size - slot : n - jj;
             const uint8_t *kb = view_row(kv, kv->k_base, p) + hb, *vb = view_row(kv, kv->v_base, p) + hv;
-            const size_t run = (size_t)cnt * kbytes, skew = (uintptr_t)kb & 63, vskew = (uintptr_t)vb & 63;
-            for (size_t o = 0; o < run + skew; o += 64) __builtin_prefetch(kb - skew + o, 0, 1);
-            for (size_t o = 0; o < run + vskew; o += 64) __builtin_prefetch(vb - vskew + o, 0, 1);
+            prefetch_l2(kb, (size_t)cnt * kbytes);
+            prefetch_l2(vb, (size_t)cnt * vbytes);
             for (int i = 0; i < cnt; i++, jj++) {
                 kp[jj] = (const float *)(kb + (size_t)i * kbytes);
                 vp[jj] = (const float *)(vb + (size_t)i * kbytes);
@@ -617,9 +646,17 @@ static void split_item(const flash_job *j, float *sc, int i) {
     }
     const int a = c * j->chunk > j->ps ? c * j->chunk : j->ps, b = (c + 1) * j->chunk < j->pe ? (c + 1) * j->chunk : j->pe;
     const int first = kern_attn_first_pos(j->d, j->d->q_pos0);
+    const bool ahead = tiles_in_place(j);
     for (int p0 = a; p0 < b; p0 += j->L.tile)
         for (int hk = hk0; hk < hk1; hk++) {
             float *slot = head_slot(j, i, hk - hk0);
+            /* the next (tile, head) step's runs, asked for while this one
+             * computes (a step ahead: stories110M's attention at depth
+             * 8192 in 1003-1045 us per layer against 1100-1148, the MQA
+             * shape 714-795 against 770-799; kvant-kernels --attn -t 2
+             * --layers 12, Zen 4) */
+            const int nh = hk + 1 < hk1 ? hk + 1 : hk0, np0 = hk + 1 < hk1 ? p0 : p0 + j->L.tile;
+            if (ahead && np0 < b) prefetch_tile(j, nh, np0, b - np0 < j->L.tile ? b - np0 : j->L.tile);
             range_tile(j, sc, Qg + (size_t)(hk - hk0) * qh, 0, j->d->T, hk, p0,
                        b - p0 < j->L.tile ? b - p0 : j->L.tile, first, slot, slot + lo, slot + ao);
         }
