@@ -80,7 +80,7 @@ AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t
     const bool five = g.five;
     const size_t xb = g.xb, abs_ = g.ab, aqo = g.aqo;
     for (int64_t b = 0; b < nb; b++, w += xb) {
-        prefetch_block(w, xb, C);
+        prefetch_block_far(w, xb, C);
         const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + g.qho)) : _mm256_setzero_si256();
         __m256i s[4];
         for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
@@ -105,7 +105,7 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const size_t xb = q5 ? 1440 : 1184;
     for (int64_t b = 0; b < nb; b++, w += xb) {
-        prefetch_block(w, xb, C);
+        prefetch_block_far(w, xb, C);
         __m256i is[4];
         for (int c = 0; c < C; c++) is[c] = _mm256_setzero_si256();
         /* as the AVX2 tile, both nibbles of each qs load at once: sub-blocks 2p (low) and 2p + 1 (high), one
@@ -185,7 +185,8 @@ AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
     const size_t xb = kind == K16_Q6 ? 1680 : kind == K16_Q3 ? 912 : 672;
     const size_t sco = kind == K16_Q2 ? 32 : 16;
     for (int64_t b = 0; b < nb; b++, w += xb) {
-        prefetch_block(w, xb, C);
+        if (kind == K16_Q3) prefetch_block(w, xb, C); /* near and far: repack_tile.h */
+        else prefetch_block_far(w, xb, C);
         __m256i is[4], ms[4];
         for (int c = 0; c < C; c++) is[c] = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++)
