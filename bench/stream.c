@@ -3,17 +3,22 @@
  * usage: kvant-stream [-t THREADS] [-m MiB] [-r REPS] [-v]
  *
  * A decode step reads every weight once: a packed tile streams its 8-row
- * groups with wide loads and software prefetch PF_DIST (2048) bytes ahead
- * (kernels/repack_tile.h), each thread over its own share.  The meter reads
+ * groups with wide loads and software prefetch 2048 bytes ahead into L1 or
+ * 8192 ahead into L2 (kernels/repack_tile.h), each thread over its own
+ * share, from 2 MiB pages.  The meter reads
  * the same way, and tries what could read faster, so that a decode cannot
  * beat it:
  *   - loads 256-bit (AVX2) and 512-bit (AVX-512, where XCR0 enables it;
  *     64-bit scalar loads only on a CPU with neither);
  *   - 1, 2, 4 or 8 streams per thread (the thread's share cut in S parts
  *     read in lockstep: more DRAM pages open at once);
- *   - with and without prefetching PF_DIST bytes ahead in every stream.
+ *   - without prefetching, prefetching PF_DIST (2048) bytes ahead into L1
+ *     (prefetcht0) or PF_FAR (8192) ahead into L2 (prefetcht1) in every
+ *     stream (the two ways of the decode tiles).
+ * The buffer is asked to lie on 2 MiB pages (MADV_HUGEPAGE), as packed
+ * weights and the paged KV pool do.
  * Every variant runs REPS times (default 5, after one warm-up pass) over a buffer larger than the
- * last-level cache (default: 4x the L3 that sysconf reports, at least
+ * last-level cache (default: 4x the L3 that sysfs or sysconf reports, at least
  * 1 GiB; some of these machines have 300 MB of L3, one 480 MB), each
  * thread's share first written by that thread (its NUMA node) with nonzero
  * random bytes, so no read is served by the zero page or a cache.  -m sets
@@ -32,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__)
@@ -40,6 +46,7 @@
 #endif
 
 #define PF_DIST 2048
+#define PF_FAR 8192
 #define MAX_THREADS 256
 
 typedef enum { K_SCALAR, K_AVX2, K_AVX512, K_TRIAD } kind;
@@ -49,7 +56,7 @@ typedef struct {
     size_t lo, hi;
     kind k;
     int streams;
-    bool prefetch;
+    int prefetch; /* 0 none, 1 PF_DIST into L1, 2 PF_FAR into L2 */
     uint64_t sink;
     double t0, t1; /* this thread's start and end of the last pass */
 } job;
@@ -68,12 +75,13 @@ static double now(void) {
 }
 
 /* ---- read kernels: S streams of len bytes from p, p + len, ... -------------- */
-static uint64_t read_scalar(const uint8_t *p, size_t len, int S, bool pf) {
+static uint64_t read_scalar(const uint8_t *p, size_t len, int S, int pf) {
     uint64_t acc[8] = {0};
     for (size_t o = 0; o < len; o += 64)
         for (int s = 0; s < S; s++) {
             const uint64_t *u = (const uint64_t *)(p + (size_t)s * len + o);
-            if (pf) __builtin_prefetch(p + (size_t)s * len + o + PF_DIST);
+            if (pf == 1) __builtin_prefetch(p + (size_t)s * len + o + PF_DIST);
+            if (pf == 2) __builtin_prefetch(p + (size_t)s * len + o + PF_FAR, 0, 2);
             for (int l = 0; l < 8; l++) acc[l] += u[l];
         }
     uint64_t r = 0;
@@ -82,14 +90,17 @@ static uint64_t read_scalar(const uint8_t *p, size_t len, int S, bool pf) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t len, int S, bool pf) {
+__attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t len, int S, int pf) {
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
     for (size_t o = 0; o < len; o += 128)
         for (int s = 0; s < S; s++) {
             const uint8_t *q = p + (size_t)s * len + o;
-            if (pf) {
+            if (pf == 1) {
                 _mm_prefetch((const char *)q + PF_DIST, _MM_HINT_T0);
                 _mm_prefetch((const char *)q + PF_DIST + 64, _MM_HINT_T0);
+            } else if (pf == 2) {
+                _mm_prefetch((const char *)q + PF_FAR, _MM_HINT_T1);
+                _mm_prefetch((const char *)q + PF_FAR + 64, _MM_HINT_T1);
             }
             a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)q));
             a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(q + 32)));
@@ -100,14 +111,17 @@ __attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size
     return (uint64_t)_mm256_extract_epi64(a, 0) + (uint64_t)_mm256_extract_epi64(a, 3);
 }
 
-__attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p, size_t len, int S, bool pf) {
+__attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p, size_t len, int S, int pf) {
     __m512i a0 = _mm512_setzero_si512(), a1 = a0;
     for (size_t o = 0; o < len; o += 128)
         for (int s = 0; s < S; s++) {
             const uint8_t *q = p + (size_t)s * len + o;
-            if (pf) {
+            if (pf == 1) {
                 _mm_prefetch((const char *)q + PF_DIST, _MM_HINT_T0);
                 _mm_prefetch((const char *)q + PF_DIST + 64, _MM_HINT_T0);
+            } else if (pf == 2) {
+                _mm_prefetch((const char *)q + PF_FAR, _MM_HINT_T1);
+                _mm_prefetch((const char *)q + PF_FAR + 64, _MM_HINT_T1);
             }
             a0 = _mm512_add_epi64(a0, _mm512_load_si512((const void *)q));
             a1 = _mm512_add_epi64(a1, _mm512_load_si512((const void *)(q + 64)));
@@ -201,6 +215,23 @@ static void *fill(void *arg) {
     return NULL;
 }
 
+/* the L3 cache this CPU shares: the kernel's sysfs entry (on an AMD EPYC
+ * Zen 4 guest sysfs said 32 MiB, the CCX's, where glibc's sysconf said 320),
+ * else sysconf, else 32 MiB */
+static long l3_bytes(void) {
+    long kb = 0;
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    if (f) {
+        char unit = 0;
+        if (fscanf(f, "%ld%c", &kb, &unit) < 1) kb = 0;
+        else if (unit == 'M') kb *= 1024;
+        fclose(f);
+    }
+    if (kb > 0) return kb << 10;
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return l3 > 0 ? l3 : 32l << 20;
+}
+
 static int cmp_d(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -222,15 +253,15 @@ int main(int argc, char **argv) {
             return !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help") ? 0 : 2;
         }
     }
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (l3 <= 0) l3 = 32l << 20;
+    long l3 = l3_bytes();
     if (!mib) mib = (size_t)(4 * l3 >> 20) > 1024 ? (size_t)(4 * l3 >> 20) : 1024;
     if (threads < 1 || threads > MAX_THREADS || mib < 16 || reps < 1 || reps > 1000) {
         fprintf(stderr, "kvant-stream: -t 1..%d, -m >= 16, -r 1..1000\n", MAX_THREADS);
         return 2;
     }
     const size_t bytes = mib << 20;
-    uint8_t *buf = aligned_alloc(4096, bytes);
+    uint8_t *buf = aligned_alloc((size_t)2 << 20, (bytes + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1));
+    if (buf) madvise(buf, bytes, MADV_HUGEPAGE); /* advice only */
     if (!buf) { fprintf(stderr, "kvant-stream: cannot allocate %zu MiB\n", mib); return 1; }
     team t = {.threads = threads};
     for (int i = 0; i < threads; i++) /* shares of whole 4 KiB pages */
@@ -247,7 +278,7 @@ int main(int argc, char **argv) {
         slots[i] = (slot){&t, i};
         pthread_create(&th[i], NULL, loop, &slots[i]);
     }
-    const char *kname[] = {"scalar", "avx2", "avx512", "triad"};
+    const char *kname[] = {"scalar", "avx2", "avx512", "triad"}, *pfname[] = {"off", "L1 2K", "L2 8K"};
     const int stream_counts[] = {1, 2, 4, 8};
     double best_all = 0, *ts = malloc(sizeof(double) * (size_t)reps);
     char best_what[96] = "";
@@ -256,7 +287,7 @@ int main(int argc, char **argv) {
         if (!kind_ok((kind)k)) { printf("  %-6s not enabled on this CPU/OS, skipped\n", kname[k]); continue; }
         if (k == K_SCALAR && kind_ok(K_AVX2)) continue; /* 64-bit loads only where nothing wider runs */
         for (int si = 0; si < (k == K_TRIAD ? 1 : 4); si++)
-            for (int pf = 0; pf < (k == K_TRIAD ? 1 : 2); pf++) {
+            for (int pf = 0; pf < (k == K_TRIAD ? 1 : 3); pf++) {
                 const int S = stream_counts[si];
                 size_t moved = 0;
                 for (int i = 0; i < threads; i++) {
@@ -277,12 +308,12 @@ int main(int argc, char **argv) {
                            mib, reps);
                     continue;
                 }
-                printf("  %-6s %d stream%s/thread, prefetch %-3s  best %6.1f  median %6.1f GB/s\n", kname[k], S,
-                       S > 1 ? "s" : " ", pf ? "on" : "off", best, med);
+                printf("  %-6s %d stream%s/thread, prefetch %-6s  best %6.1f  median %6.1f GB/s\n", kname[k], S,
+                       S > 1 ? "s" : " ", pfname[pf], best, med);
                 if (best > best_all) {
                     best_all = best;
                     snprintf(best_what, sizeof best_what, "%s, %d stream%s/thread, prefetch %s", kname[k], S,
-                             S > 1 ? "s" : "", pf ? "on" : "off");
+                             S > 1 ? "s" : "", pfname[pf]);
                 }
             }
     }
