@@ -111,6 +111,27 @@ static bool os_allows_amx(void) {
 }
 #endif
 
+static bool zmm_halved_detect(void) {
+#if KERN_X86
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u)
+        return false; /* not "AuthenticAMD" */
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const unsigned family = ((a >> 8) & 0xf) + ((a >> 20) & 0xff);
+    return family == 0x19 && __builtin_cpu_supports("avx512f");
+#else
+    return false;
+#endif
+}
+/* once (CPUID traps to the hypervisor on these machines; this is asked per matmul) */
+static bool g_zmm_halved;
+static pthread_once_t g_zmm_once = PTHREAD_ONCE_INIT;
+static void zmm_halved_init(void) { g_zmm_halved = zmm_halved_detect(); }
+bool kern_zmm_halved(void) {
+    pthread_once(&g_zmm_once, zmm_halved_init);
+    return g_zmm_halved;
+}
+
 static char g_report[256];
 
 /* one line: what CPUID lists, what XCR0 enables, the tier chosen */
@@ -127,11 +148,13 @@ static void report_fill(void) {
                                         : "no OS permission (unused)";
     snprintf(g_report, sizeof g_report,
              "cpuid: avx2 %s, avx512f %s, avx512vnni %s, avx512bf16 %s, amx %s; xcr0 0x%llx: "
-             "avx %s, avx512 %s, amx %s; best tier %s",
+             "avx %s, avx512 %s, amx %s; best tier %s%s",
              __builtin_cpu_supports("avx2") ? "yes" : "no", __builtin_cpu_supports("avx512f") ? "yes" : "no",
              __builtin_cpu_supports("avx512vnni") ? "yes" : "no", bf16 ? "yes" : "no", amx_listed ? "listed" : "no",
              (unsigned long long)x, (x & XCR0_AVX) == XCR0_AVX ? "on" : "off",
-             (x & XCR0_AVX512) == XCR0_AVX512 ? "on" : "off", amx, kern_tier_name(best));
+             (x & XCR0_AVX512) == XCR0_AVX512 ? "on" : "off", amx, kern_tier_name(best),
+             best >= KERN_TIER_AVX512 && kern_zmm_halved() ? " (512-bit ops in two halves: F16/BF16 prefill on the AVX2 tile)"
+                                                            : "");
 #else
     snprintf(g_report, sizeof g_report, "not x86-64; best tier %s", kern_tier_name(best));
 #endif

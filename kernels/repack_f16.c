@@ -164,7 +164,12 @@ static void prep_acts(core_pool *pool, const float *x, float *a, int T, int64_t 
  * matrix, one thread: 70 vs 96 GB/s of weights; BF16 about even, 70 vs 68;
  * from memory 24 vs 28 GB/s), while prefill (4 groups x 12 rows: the
  * conversion and inserts shared by 12 rows) ran ~1.9x the AVX2 tile's
- * 2 x 6 (T = 48: 108 vs 56 GMAC/s, both types). */
+ * 2 x 6 (T = 48: 108 vs 56 GMAC/s, both types).  Not where 512-bit
+ * operations run as two halves (kern_zmm_halved: Zen 4, family 25 model
+ * 17): there the 512-bit prefill tile lost to the AVX2 one (synthetic
+ * tinyllama-1.1b F16 pp512, 2 threads: 86-89 vs 103-108 t/s; 6 or 8 rows
+ * per block and 8 groups x 6 rows the same), so both tiers keep the AVX2
+ * tiles. */
 static f16_shape shape_of(bool bf, bool ref) {
     f16_shape s = {bf ? tile_ref_bf16 : tile_ref_f16, bf ? tile_ref_bf16 : tile_ref_f16, 8, 2, 6};
 #if defined(__x86_64__) || defined(_M_X64)
@@ -173,7 +178,7 @@ static f16_shape shape_of(bool bf, bool ref) {
         const kern_pack_f16_tile_fn t2 = bf ? kern_pack_bf16_tile_avx2() : kern_pack_f16_tile_avx2();
         s = (f16_shape){t2, t2, 8, 2, 6};
     }
-    if (kern_active_tier() >= KERN_TIER_AVX512) {
+    if (kern_active_tier() >= KERN_TIER_AVX512 && !kern_zmm_halved()) {
         s.tile = bf ? kern_pack_bf16_tile_avx512() : kern_pack_f16_tile_avx512();
         s.gp = 4;
         s.tc = 12;

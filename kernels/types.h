@@ -110,6 +110,11 @@ const char *kern_tier_name(kern_tier tier);
  * what the OS enables in XCR0 (and for AMX whether Linux permits it), and
  * the best tier, which follows XCR0, not CPUID alone. */
 const char *kern_cpu_report(void);
+/* Whether this CPU runs a 512-bit operation as two 256-bit halves (AMD
+ * family 0x19 with AVX-512, Zen 4): a tile that gains from zmm registers
+ * only through wider FMAs may then be slower than its AVX2 form (the
+ * packed F16/BF16 prefill, kernels/repack_f16.c).  False off x86-64. */
+bool kern_zmm_halved(void);
 
 /* The row for type t, or NULL if t is not a type kvant knows at all.
  * Known-but-not-computable types (e.g. K-quants before they are
