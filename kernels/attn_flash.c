@@ -288,6 +288,7 @@ typedef struct {
     size_t per_thread;
     bool direct_k, direct_v; /* F32 rows used in place (no copy) */
     bool f16_k, f16_v;       /* F16 rows read in place, converted in registers */
+    bool pf_l2;              /* kern_prefetch_l2: tiles prefetched into L2, a step ahead */
     int n_units, n_qb;
     int chunk;               /* positions per KV chunk (a multiple of the tile) */
     /* split mode: n_items (chunk, group of hg KV heads) items over nth
@@ -339,11 +340,15 @@ static void rope_head(float *x, int pos, const kern_rope_params *p, const float 
     }
 }
 
-/* the cache lines of bytes [p, p + n) into L2 (prefetcht2), not L1: a
- * tile's 256 lines of K and V outnumber the L1's miss buffers */
-static inline void prefetch_l2(const uint8_t *p, size_t n) {
+/* the cache lines of bytes [p, p + n): into L2 (prefetcht2) where
+ * kern_prefetch_l2 (a tile's 256 lines of K and V outnumber the L1's miss
+ * buffers), else into L1 */
+static inline void prefetch_run(const uint8_t *p, size_t n, bool l2) {
     const size_t skew = (uintptr_t)p & 63;
-    for (size_t o = 0; o < n + skew; o += 64) __builtin_prefetch(p - skew + o, 0, 1);
+    if (l2)
+        for (size_t o = 0; o < n + skew; o += 64) __builtin_prefetch(p - skew + o, 0, 1);
+    else
+        for (size_t o = 0; o < n + skew; o += 64) __builtin_prefetch(p - skew + o);
 }
 
 /* true when tiles are read in place from a head-major cache (F32 or F16
@@ -364,8 +369,8 @@ static void prefetch_tile(const flash_job *j, int hk, int p0, int n) {
     for (int jj = 0; jj < n;) {
         const int p = p0 + jj, slot = p % kv->block_size;
         const int cnt = kv->block_size - slot < n - jj ? kv->block_size - slot : n - jj;
-        prefetch_l2(view_row(kv, kv->k_base, p) + hb, (size_t)cnt * kbytes);
-        prefetch_l2(view_row(kv, kv->v_base, p) + hv, (size_t)cnt * vbytes);
+        prefetch_run(view_row(kv, kv->k_base, p) + hb, (size_t)cnt * kbytes, true);
+        prefetch_run(view_row(kv, kv->v_base, p) + hv, (size_t)cnt * vbytes, true);
         jj += cnt;
     }
 }
@@ -393,17 +398,18 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
         /* head-major rows read in place (a decoding F16 or F32 cache): a
          * block holds the head's rows back to back, so each block's part
          * of the tile is one run of K and one of V, asked for line by line
-         * (the hardware prefetcher loses the stream at every block).  On
-         * Zen 4 (family 25 model 17, 2 threads) stories110M Q8_0 decoded
-         * at depth 8192 at 58-64 t/s with prefetcht2 against 44-51 with
-         * prefetcht0, tinyllama-1.1b at 27 against 23 (alternating kvant
-         * bench -d 8192 runs) */
+         * (the hardware prefetcher loses the stream at every block): into
+         * L1, or where kern_prefetch_l2 into L2.  On Zen 4 (family 25
+         * model 17, 2 threads) stories110M Q8_0 decoded at depth 8192 at
+         * 58-64 t/s with prefetcht2 against 44-51 with prefetcht0,
+         * tinyllama-1.1b at 27 against 23 (alternating kvant bench -d 8192
+         * runs); the Intel Xeon was tuned with prefetcht0 */
         while (jj < n) {
             const int p = p0 + jj, slot = p % kv->block_size;
             const int cnt = kv->block_size - slot < n - jj ? kv->block_size - slot : n - jj;
             const uint8_t *kb = view_row(kv, kv->k_base, p) + hb, *vb = view_row(kv, kv->v_base, p) + hv;
-            prefetch_l2(kb, (size_t)cnt * kbytes);
-            prefetch_l2(vb, (size_t)cnt * vbytes);
+            prefetch_run(kb, (size_t)cnt * kbytes, j->pf_l2);
+            prefetch_run(vb, (size_t)cnt * vbytes, j->pf_l2);
             for (int i = 0; i < cnt; i++, jj++) {
                 kp[jj] = (const float *)(kb + (size_t)i * kbytes);
                 vp[jj] = (const float *)(vb + (size_t)i * kbytes);
@@ -646,15 +652,16 @@ static void split_item(const flash_job *j, float *sc, int i) {
     }
     const int a = c * j->chunk > j->ps ? c * j->chunk : j->ps, b = (c + 1) * j->chunk < j->pe ? (c + 1) * j->chunk : j->pe;
     const int first = kern_attn_first_pos(j->d, j->d->q_pos0);
-    const bool ahead = tiles_in_place(j);
+    const bool ahead = j->pf_l2 && tiles_in_place(j);
     for (int p0 = a; p0 < b; p0 += j->L.tile)
         for (int hk = hk0; hk < hk1; hk++) {
             float *slot = head_slot(j, i, hk - hk0);
-            /* the next (tile, head) step's runs, asked for while this one
-             * computes (a step ahead: stories110M's attention at depth
-             * 8192 in 1003-1045 us per layer against 1100-1148, the MQA
-             * shape 714-795 against 770-799; kvant-kernels --attn -t 2
-             * --layers 12, Zen 4) */
+            /* where kern_prefetch_l2, the next (tile, head) step's runs,
+             * asked for while this one computes (a step ahead: on Zen 4
+             * stories110M's attention at depth 8192 in 1003-1045 us per
+             * layer against 1100-1148, the MQA shape 714-795 against
+             * 770-799; kvant-kernels --attn -t 2 --layers 12).  On the
+             * Intel Xeon a next-tile L2 prefetch measured 25% slower. */
             const int nh = hk + 1 < hk1 ? hk + 1 : hk0, np0 = hk + 1 < hk1 ? p0 : p0 + j->L.tile;
             if (ahead && np0 < b) prefetch_tile(j, nh, np0, b - np0 < j->L.tile ? b - np0 : j->L.tile);
             range_tile(j, sc, Qg + (size_t)(hk - hk0) * qh, 0, j->d->T, hk, p0,
@@ -717,6 +724,7 @@ void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_
     j.direct_v = kv->type == KT_F32 && d->D % 8 == 0;
     j.f16_k = kv->type == KT_F16 && !kv->rope_k && d->D % 8 == 0 && d->D <= 256;
     j.f16_v = kv->type == KT_F16 && d->D % 8 == 0 && d->D <= 256;
+    j.pf_l2 = kern_prefetch_l2();
     j.n_qb = (d->T + j.L.Tq - 1) / j.L.Tq;
     j.n_units = j.n_qb * d->Hkv;
     j.chunk = d->split < 0 ? INT_MAX / 2 / j.L.tile * j.L.tile

@@ -111,7 +111,8 @@ static bool os_allows_amx(void) {
 }
 #endif
 
-static bool zmm_halved_detect(void) {
+/* AMD family 0x19 with AVX-512: Zen 4 (Zen 3, the same family, has none) */
+static bool zen4_detect(void) {
 #if KERN_X86
     unsigned a, b, c, d;
     if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u)
@@ -124,12 +125,16 @@ static bool zmm_halved_detect(void) {
 #endif
 }
 /* once (CPUID traps to the hypervisor on these machines; this is asked per matmul) */
-static bool g_zmm_halved;
-static pthread_once_t g_zmm_once = PTHREAD_ONCE_INIT;
-static void zmm_halved_init(void) { g_zmm_halved = zmm_halved_detect(); }
+static bool g_zen4;
+static pthread_once_t g_zen4_once = PTHREAD_ONCE_INIT;
+static void zen4_init(void) { g_zen4 = zen4_detect(); }
 bool kern_zmm_halved(void) {
-    pthread_once(&g_zmm_once, zmm_halved_init);
-    return g_zmm_halved;
+    pthread_once(&g_zen4_once, zen4_init);
+    return g_zen4;
+}
+bool kern_prefetch_l2(void) {
+    pthread_once(&g_zen4_once, zen4_init);
+    return g_zen4;
 }
 
 static char g_report[256];
@@ -153,8 +158,9 @@ static void report_fill(void) {
              __builtin_cpu_supports("avx512vnni") ? "yes" : "no", bf16 ? "yes" : "no", amx_listed ? "listed" : "no",
              (unsigned long long)x, (x & XCR0_AVX) == XCR0_AVX ? "on" : "off",
              (x & XCR0_AVX512) == XCR0_AVX512 ? "on" : "off", amx, kern_tier_name(best),
-             best >= KERN_TIER_AVX512 && kern_zmm_halved() ? " (512-bit ops in two halves: F16/BF16 prefill on the AVX2 tile)"
-                                                            : "");
+             best >= KERN_TIER_AVX512 && kern_zmm_halved()
+                 ? " (512-bit ops in two halves: F16/BF16 prefill on the AVX2 tile; decode prefetches into L2)"
+                 : "");
 #else
     snprintf(g_report, sizeof g_report, "not x86-64; best tier %s", kern_tier_name(best));
 #endif

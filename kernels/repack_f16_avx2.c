@@ -13,12 +13,13 @@
  * the hardware prefetchers alone left the Intel Xeon of bench/tier_speed.md
  * waiting on them (tinyllama-1.1b F16 tg32, 2 threads: 9.6-10.2 t/s without,
  * 11.8 with a T0 prefetch 1024 bytes ahead; 2048 gave 11.0-11.1, an added
- * L2 prefetch 8192 ahead 11.0-11.5).  The prefetch goes to L2 (T1): 8
- * groups x 1024 bytes of lines in flight outnumber the L1's miss buffers,
- * and on Zen 4 (family 25 model 17) T1 decoded F16 at 16.5-17.2 t/s
- * against 14.8-15.9 with T0, BF16 at 16.5-17.1 against 14.5-14.9
- * (alternating kvant bench tg32; kvant-kernels, one thread: 27-29 GB/s
- * against 19-20).  Prefill reuses each group from cache. */
+ * L2 prefetch 8192 ahead 11.0-11.5).  Where kern_prefetch_l2 (Zen 4) the
+ * prefetch goes to L2 (T1) instead: 8 groups x 1024 bytes of lines in
+ * flight outnumber the L1's miss buffers, and on Zen 4 (family 25 model
+ * 17) T1 decoded F16 at 16.5-17.2 t/s against 14.8-15.9 with T0, BF16 at
+ * 16.5-17.1 against 14.5-14.9 (alternating kvant bench tg32; kvant-kernels,
+ * one thread: 27-29 GB/s against 19-20).  Prefill reuses each group from
+ * cache. */
 #define F16_PF 1024
 
 /* 8 rows' element k as floats */
@@ -39,9 +40,14 @@ AI void tile(const bool bf, int64_t K, const int G, const int C, float *y, size_
 #define A(c) _mm256_broadcast_ss(a + (size_t)(c) * ba + (size_t)k)
 #define F(acc, wv, av) acc = _mm256_fmadd_ps(wv, av, acc)
     if (G == 8) { /* C == 1 */
+        const bool l2 = kern_prefetch_l2();
         for (int64_t k = 0; k < K; k++) {
             if ((k & 3) == 0) /* a new line of every group's stream (4 k x 8 rows x 2 bytes) */
-                for (int g = 0; g < 8; g++) _mm_prefetch((const char *)(w + (size_t)g * gs + (size_t)k * 8) + F16_PF, _MM_HINT_T1);
+                for (int g = 0; g < 8; g++) {
+                    const char *p = (const char *)(w + (size_t)g * gs + (size_t)k * 8) + F16_PF;
+                    if (l2) _mm_prefetch(p, _MM_HINT_T1);
+                    else _mm_prefetch(p, _MM_HINT_T0);
+                }
             const __m256 av = A(0);
             F(acc0, W(0), av); F(acc1, W(1), av); F(acc2, W(2), av); F(acc3, W(3), av);
             F(acc4, W(4), av); F(acc5, W(5), av); F(acc6, W(6), av); F(acc7, W(7), av);

@@ -24,18 +24,25 @@ AI __m256i bcast4(const uint8_t *p) {
 /* Decode (one activation row) streams the weights once from memory, and the
  * first load of each block waited on it (perf: ~40% of the tile's samples).
  * Prefetching ahead keeps enough lines in flight; prefetches never fault,
- * so running past the end of the matrix is harmless.  Two ways, chosen per
- * tile by measurement (synthetic tinyllama-1.1b tg32, 2 threads, Zen 4
- * family 25 model 17, alternating kvant bench runs):
- *   near: PF_DIST (2048) bytes ahead into L1 (prefetcht0).  Q8_0 (47-48
- *         t/s, against 37-40 far), Q3_K (80-81 against 76-77), and the
- *         PTQ and W8A8 tiles, whose blocks are as light;
- *   far:  PF_FAR (8192) bytes ahead into L2 (prefetcht1): the other K-quant
- *         and 4/5-bit tiles, whose blocks take longer to compute than one
- *         memory latency at 2048 bytes ahead.  Q6_K 37-56 t/s against 22
- *         near, Q4_K_M 70-84 against 52-77, Q4_0 88-89 against 75-81; L2,
- *         because 8192 bytes of lines in flight outnumber the L1's miss
- *         buffers (Q6_K far into L1: 21 t/s). */
+ * so running past the end of the matrix is harmless.
+ *   prefetch_block:     PF_DIST (2048) bytes ahead into L1 (prefetcht0),
+ *                       every machine: what the Intel Xeons and the Zen 5
+ *                       were tuned with;
+ *   prefetch_block_far: the same, except where kern_prefetch_l2 (Zen 4):
+ *                       PF_FAR (8192) bytes ahead into L2 (prefetcht1).
+ *                       The K-quant tiles but Q3_K, and the 4/5-bit ones,
+ *                       whose blocks take longer to compute than one memory
+ *                       latency at 2048 bytes ahead.  Zen 4 (family 25
+ *                       model 17), synthetic tinyllama-1.1b tg32, 2
+ *                       threads, alternating kvant bench runs: Q6_K 37-56
+ *                       t/s against 22 near, Q4_K_M 70-84 against 52-77,
+ *                       Q4_0 88-89 against 75-81; into L2 because 8192
+ *                       bytes of lines in flight outnumber the L1's miss
+ *                       buffers (Q6_K far into L1: 21 t/s).  Q8_0 (47-48
+ *                       near, 37-40 far) and Q3_K (80-81, 76-77), and the
+ *                       PTQ and W8A8 tiles, whose blocks are as light,
+ *                       stay near everywhere.
+ * A tile reads kern_prefetch_l2 once (far_l2) and passes it down. */
 #ifndef PF_DIST
 #define PF_DIST 2048
 #endif
@@ -46,8 +53,12 @@ AI void prefetch_block(const uint8_t *w, size_t xb, const int C) {
     if (C != 1) return; /* prefill: the group is reused across rows, already cached */
     for (size_t off = 0; off < xb; off += 64) _mm_prefetch((const char *)(w + PF_DIST + off), _MM_HINT_T0);
 }
-AI void prefetch_block_far(const uint8_t *w, size_t xb, const int C) {
+AI void prefetch_block_far(const uint8_t *w, size_t xb, const int C, const bool far_l2) {
     if (C != 1) return;
+    if (!far_l2) {
+        prefetch_block(w, xb, C);
+        return;
+    }
     for (size_t off = 0; off < xb; off += 64) _mm_prefetch((const char *)(w + PF_FAR + off), _MM_HINT_T1);
 }
 

@@ -115,6 +115,15 @@ const char *kern_cpu_report(void);
  * only through wider FMAs may then be slower than its AVX2 form (the
  * packed F16/BF16 prefill, kernels/repack_f16.c).  False off x86-64. */
 bool kern_zmm_halved(void);
+/* Whether decode prefetches go into L2 (prefetcht1/t2), further ahead,
+ * rather than into L1 (prefetcht0) at the distances measured on the Intel
+ * Xeons and the Zen 5: true on Zen 4 (AMD family 0x19 with AVX-512), where
+ * a tile's lines in flight outnumber the L1's miss buffers and the L2
+ * ways measured 10-150% faster (kernels/repack_tile.h, repack_f16_avx2.c,
+ * attn_flash.c give the figures).  On the Intel Xeon an added L2 prefetch
+ * of the next attention tile measured 25% slower, so the choice follows
+ * the CPU each way was measured on. */
+bool kern_prefetch_l2(void);
 
 /* The row for type t, or NULL if t is not a type kvant knows at all.
  * Known-but-not-computable types (e.g. K-quants before they are
