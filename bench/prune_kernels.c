@@ -5,6 +5,7 @@
  *   usage: kvant-prune-kernels [K=2048] [ROWS=64] [REPS=200] */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/core.h"
 #include "kernels/kernels.h"
@@ -77,6 +78,10 @@ static void stream(int type, int64_t N, int64_t K, core_pool *pool) {
 int main(int argc, char **argv) {
     const int64_t K = argc > 1 ? atoll(argv[1]) : 2048;
     const int rows = argc > 2 ? atoi(argv[2]) : 64, reps = argc > 3 ? atoi(argv[3]) : 200;
+    if (argc > 4 || K < 64 || K % 64 != 0 || rows < 1 || reps < 1) { /* --help, a word, or a K no 2:4 row has */
+        fprintf(stderr, "usage: kvant-prune-kernels [K=2048, a multiple of 64] [ROWS=64] [REPS=200]\n");
+        return argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) ? 0 : 2;
+    }
     printf("tier %s, K %lld, %d rows, one thread; ns per dense weight (gemm: per weight x column)\n",
            kern_tier_name(kern_active_tier()), (long long)K, rows);
     const int pairs[][2] = {{KT_F16, KT_S24_F16}, {KT_Q8_0, KT_S24_Q8}};
