@@ -260,9 +260,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     const size_t bytes = mib << 20;
-    uint8_t *buf = aligned_alloc((size_t)2 << 20, (bytes + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1));
-    if (buf) madvise(buf, bytes, MADV_HUGEPAGE); /* advice only */
+    const size_t huge = (size_t)2 << 20; /* on 2 MiB pages: C11 wants a size of whole alignments */
+    uint8_t *buf = aligned_alloc(huge, (bytes + huge - 1) / huge * huge);
     if (!buf) { fprintf(stderr, "kvant-stream: cannot allocate %zu MiB\n", mib); return 1; }
+    madvise(buf, bytes, MADV_HUGEPAGE); /* advice only */
     team t = {.threads = threads};
     for (int i = 0; i < threads; i++) /* shares of whole 4 KiB pages */
         t.jobs[i] = (job){buf, bytes / 4096 * (size_t)i / (size_t)threads * 4096,

@@ -288,6 +288,7 @@ typedef struct {
     size_t per_thread;
     bool direct_k, direct_v; /* F32 rows used in place (no copy) */
     bool f16_k, f16_v;       /* F16 rows read in place, converted in registers */
+    bool in_place;           /* head-major F32 / F16 rows read in place (load_tile's first way) */
     bool pf_l2;              /* kern_prefetch_l2: tiles prefetched into L2, a step ahead */
     int n_units, n_qb;
     int chunk;               /* positions per KV chunk (a multiple of the tile) */
@@ -351,16 +352,9 @@ static inline void prefetch_run(const uint8_t *p, size_t n, bool l2) {
         for (size_t o = 0; o < n + skew; o += 64) __builtin_prefetch(p - skew + o);
 }
 
-/* true when tiles are read in place from a head-major cache (F32 or F16
- * rows, a head's rows back to back in each block): load_tile's first way */
-static bool tiles_in_place(const flash_job *j) {
-    const size_t kbytes = (size_t)j->d->D * (j->f16_k ? 2 : 4);
-    return j->kv->head_stride && (j->direct_k || j->f16_k) && (j->direct_v || j->f16_v) && j->kv->row_bytes == kbytes;
-}
-
-/* ask for head hk's K and V runs of positions [p0, p0 + n) (an in-place
- * tile, tiles_in_place) */
-static void prefetch_tile(const flash_job *j, int hk, int p0, int n) {
+/* ask for head hk's K and V runs of positions [p0, p0 + n) of an in-place
+ * tile (j->in_place), block by block, into L2 or L1 (prefetch_run) */
+static void prefetch_tile(const flash_job *j, int hk, int p0, int n, bool l2) {
     const kern_kv_view *kv = j->kv;
     int64_t e0;
     const size_t hoff = kern_kv_head_offset(kv, hk, j->d->D, &e0);
@@ -369,8 +363,8 @@ static void prefetch_tile(const flash_job *j, int hk, int p0, int n) {
     for (int jj = 0; jj < n;) {
         const int p = p0 + jj, slot = p % kv->block_size;
         const int cnt = kv->block_size - slot < n - jj ? kv->block_size - slot : n - jj;
-        prefetch_run(view_row(kv, kv->k_base, p) + hb, (size_t)cnt * kbytes, true);
-        prefetch_run(view_row(kv, kv->v_base, p) + hv, (size_t)cnt * vbytes, true);
+        prefetch_run(view_row(kv, kv->k_base, p) + hb, (size_t)cnt * kbytes, l2);
+        prefetch_run(view_row(kv, kv->v_base, p) + hv, (size_t)cnt * vbytes, l2);
         jj += cnt;
     }
 }
@@ -394,7 +388,7 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
     int jj = 0;
     for (; jj < n && p0 + jj < p_lo; jj++) /* before every query's window: never read (the block may be gone) */
         kp[jj] = vp[jj] = sc + L->kz;
-    if (tiles_in_place(j)) {
+    if (j->in_place) {
         /* head-major rows read in place (a decoding F16 or F32 cache): a
          * block holds the head's rows back to back, so each block's part
          * of the tile is one run of K and one of V, asked for line by line
@@ -404,12 +398,11 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
          * 58-64 t/s with prefetcht2 against 44-51 with prefetcht0,
          * tinyllama-1.1b at 27 against 23 (alternating kvant bench -d 8192
          * runs); the Intel Xeon was tuned with prefetcht0 */
+        prefetch_tile(j, hk, p0 + jj, n - jj, j->pf_l2);
         while (jj < n) {
             const int p = p0 + jj, slot = p % kv->block_size;
             const int cnt = kv->block_size - slot < n - jj ? kv->block_size - slot : n - jj;
             const uint8_t *kb = view_row(kv, kv->k_base, p) + hb, *vb = view_row(kv, kv->v_base, p) + hv;
-            prefetch_run(kb, (size_t)cnt * kbytes, j->pf_l2);
-            prefetch_run(vb, (size_t)cnt * vbytes, j->pf_l2);
             for (int i = 0; i < cnt; i++, jj++) {
                 kp[jj] = (const float *)(kb + (size_t)i * kbytes);
                 vp[jj] = (const float *)(vb + (size_t)i * kbytes);
@@ -652,7 +645,7 @@ static void split_item(const flash_job *j, float *sc, int i) {
     }
     const int a = c * j->chunk > j->ps ? c * j->chunk : j->ps, b = (c + 1) * j->chunk < j->pe ? (c + 1) * j->chunk : j->pe;
     const int first = kern_attn_first_pos(j->d, j->d->q_pos0);
-    const bool ahead = j->pf_l2 && tiles_in_place(j);
+    const bool ahead = j->pf_l2 && j->in_place;
     for (int p0 = a; p0 < b; p0 += j->L.tile)
         for (int hk = hk0; hk < hk1; hk++) {
             float *slot = head_slot(j, i, hk - hk0);
@@ -663,7 +656,7 @@ static void split_item(const flash_job *j, float *sc, int i) {
              * 770-799; kvant-kernels --attn -t 2 --layers 12).  On the
              * Intel Xeon a next-tile L2 prefetch measured 25% slower. */
             const int nh = hk + 1 < hk1 ? hk + 1 : hk0, np0 = hk + 1 < hk1 ? p0 : p0 + j->L.tile;
-            if (ahead && np0 < b) prefetch_tile(j, nh, np0, b - np0 < j->L.tile ? b - np0 : j->L.tile);
+            if (ahead && np0 < b) prefetch_tile(j, nh, np0, b - np0 < j->L.tile ? b - np0 : j->L.tile, true);
             range_tile(j, sc, Qg + (size_t)(hk - hk0) * qh, 0, j->d->T, hk, p0,
                        b - p0 < j->L.tile ? b - p0 : j->L.tile, first, slot, slot + lo, slot + ao);
         }
@@ -724,6 +717,8 @@ void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_
     j.direct_v = kv->type == KT_F32 && d->D % 8 == 0;
     j.f16_k = kv->type == KT_F16 && !kv->rope_k && d->D % 8 == 0 && d->D <= 256;
     j.f16_v = kv->type == KT_F16 && d->D % 8 == 0 && d->D <= 256;
+    j.in_place = kv->head_stride && (j.direct_k || j.f16_k) && (j.direct_v || j.f16_v) &&
+                 kv->row_bytes == (size_t)d->D * (j.f16_k ? 2 : 4);
     j.pf_l2 = kern_prefetch_l2();
     j.n_qb = (d->T + j.L.Tq - 1) / j.L.Tq;
     j.n_units = j.n_qb * d->Hkv;

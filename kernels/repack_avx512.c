@@ -79,7 +79,7 @@ AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t
     const legacy_geo g = legacy_geo_of(kind);
     const bool five = g.five;
     const size_t xb = g.xb, abs_ = g.ab, aqo = g.aqo;
-    const bool far_l2 = C == 1 && kern_prefetch_l2();
+    const bool far_l2 = kern_prefetch_l2();
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block_far(w, xb, C, far_l2);
         const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(w + g.qho)) : _mm256_setzero_si256();
@@ -105,7 +105,7 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const size_t xb = q5 ? 1440 : 1184;
-    const bool far_l2 = C == 1 && kern_prefetch_l2();
+    const bool far_l2 = kern_prefetch_l2();
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block_far(w, xb, C, far_l2);
         __m256i is[4];
@@ -186,10 +186,9 @@ AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
     const __m256 neg = _mm256_set1_ps(-0.0f);
     const size_t xb = kind == K16_Q6 ? 1680 : kind == K16_Q3 ? 912 : 672;
     const size_t sco = kind == K16_Q2 ? 32 : 16;
-    const bool far_l2 = C == 1 && kern_prefetch_l2();
+    const bool far_l2 = kind != K16_Q3 && kern_prefetch_l2(); /* Q3_K near: repack_tile.h */
     for (int64_t b = 0; b < nb; b++, w += xb) {
-        if (kind == K16_Q3) prefetch_block(w, xb, C); /* near and far: repack_tile.h */
-        else prefetch_block_far(w, xb, C, far_l2);
+        prefetch_block_far(w, xb, C, far_l2);
         __m256i is[4], ms[4];
         for (int c = 0; c < C; c++) is[c] = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++)
