@@ -9,6 +9,7 @@
 #include "kernels/w8a8.h"
 #include "kernels/quants.h"
 #include "kernels/repack.h"
+#include "kernels/sparse24.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define PACK_X86 1
@@ -135,6 +136,8 @@ static const pack_desc DESCS[] = {
      k3_uncanon},
     {KT_Q6_K, KT_Q8_K, QK_K, 1680, 0, 4,
      {{208, 2, 2, 0}, {192, 16, 1, 16}, {0, 128, 4, 144}, {128, 64, 4, 1168}}, NULL, NULL},
+    /* 2:4 sparse: its layout is not chunked fields (kernels/repack_s24.c packs it) */
+    {KT_S24_Q8, KT_S24_A8, QK_S24_Q8, 336, 0, 0, {{0, 0, 0, 0}}, NULL, NULL},
 };
 static_assert(offsetof(block_q2_K, qs) == 16 && offsetof(block_q2_K, d) == 80 && offsetof(block_q2_K, dmin) == 82,
               "block_q2_K layout");
@@ -187,6 +190,10 @@ void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_
         kern_pack_w8a8(W, N, K, dst, g0, g1);
         return;
     }
+    if (wtype == KT_S24_Q8) {
+        kern_pack_s24(W, N, K, dst, g0, g1);
+        return;
+    }
     const pack_desc *D = desc_of(wtype);
     CORE_ASSERT(D && K % D->qk == 0);
     const int64_t nb = K / D->qk;
@@ -229,6 +236,11 @@ void kern_unpack_row(const void *P, int wtype, int64_t N, int64_t K, int64_t n, 
     if (wtype == KT_W8A8 || wtype == KT_LLM_INT8) {
         CORE_ASSERT(n >= 0 && n < N);
         kern_unpack_w8a8_row(P, K, n, rowp);
+        return;
+    }
+    if (wtype == KT_S24_Q8) {
+        CORE_ASSERT(n >= 0 && n < N && K % QK_S24_Q8 == 0);
+        kern_unpack_s24_row(P, K, n, rowp);
         return;
     }
     const pack_desc *D = desc_of(wtype);
@@ -353,6 +365,10 @@ static float out_ref(const pack_desc *D, int64_t nb, int r, const uint8_t *w, co
 
 static void tile_ref(const pack_desc *D, int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a,
                      size_t ba) {
+    if (D->wtype == KT_S24_Q8) {
+        kern_pack_s24_tile_ref(nb, C, y, ldy, w, a, ba);
+        return;
+    }
     for (int c = 0; c < C; c++)
         for (int r = 0; r < KERN_PACK_ROWS; r++) y[(size_t)c * ldy + (size_t)r] = out_ref(D, nb, r, w, a + (size_t)c * ba);
 }
@@ -448,6 +464,7 @@ static void prep_rows(const prep_job *p, int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++) {
         uint8_t *row = (uint8_t *)p->j->a + (size_t)t * p->j->ba;
         p->quant(p->x + (size_t)t * (size_t)p->K, row, p->K);
+        if (D->atype == KT_S24_A8) continue; /* the tile reads the scales from the blocks */
         for (int64_t b = 0; b < nb; b++) {
             const size_t k = (size_t)t * (size_t)nb + (size_t)b;
             if (D->atype == KT_Q8_0) {
@@ -524,9 +541,11 @@ static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out
     if (!ref && !ptq && !j.tile && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
 #endif
     /* the quantizers give the _ref bytes at every tier: Q8_0's and Q8_1's
-     * (tests/test_tiers.c), Q8_K's AVX2 one here (tests/test_repack.c) */
+     * (tests/test_tiers.c), S24_A8's (tests/test_sparse24.c), Q8_K's AVX2 one here
+     * (tests/test_repack.c) */
     kern_from_float_fn quant = kern_type_get(D->atype)->from_float_ref;
-    if (!ref && (D->atype == KT_Q8_0 || D->atype == KT_Q8_1)) quant = kern_ops(D->atype)->from_float;
+    if (!ref && (D->atype == KT_Q8_0 || D->atype == KT_Q8_1 || D->atype == KT_S24_A8))
+        quant = kern_ops(D->atype)->from_float;
 #if PACK_X86
     if (!ref && D->atype == KT_Q8_K && kern_active_tier() >= KERN_TIER_AVX2) quant = kern_pack_quant_q8_k_avx2;
 #endif

@@ -379,6 +379,10 @@ void kern_pack_quant_q8_k_avx2(const float *x, void *vy, int64_t n) {
     }
 }
 
+/* the 2:4 sparse S24_Q8 (kernels/repack_s24.c): the shared tile, vpmaddubsw dots */
+#define S24_VNNI 0
+#include "kernels/repack_s24_tile.h"
+
 kern_pack_tile_fn kern_pack_tile_avx2(int wtype) {
     switch (wtype) {
     case KT_Q8_0: return tile_q8_0;
@@ -391,6 +395,7 @@ kern_pack_tile_fn kern_pack_tile_avx2(int wtype) {
     case KT_Q4_K: return tile_q4_k;
     case KT_Q5_K: return tile_q5_k;
     case KT_Q6_K: return tile_q6_k;
+    case KT_S24_Q8: return tile_s24_q8;
     default: return NULL;
     }
 }

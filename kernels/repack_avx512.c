@@ -255,6 +255,10 @@ PACK_ENTRY(tile_q6_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q6))
 PACK_ENTRY(tile_q3_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q3))
 PACK_ENTRY(tile_q2_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q2))
 
+/* the 2:4 sparse S24_Q8 (kernels/repack_s24.c): the shared tile, vpdpbusd dots */
+#define S24_VNNI 1
+#include "kernels/repack_s24_tile.h"
+
 kern_pack_tile_fn kern_pack_tile_avx512(int wtype) {
     switch (wtype) {
     case KT_Q8_0: return tile_q8_0;
@@ -267,6 +271,7 @@ kern_pack_tile_fn kern_pack_tile_avx512(int wtype) {
     case KT_Q2_K: return tile_q2_k;
     case KT_Q3_K: return tile_q3_k;
     case KT_Q6_K: return tile_q6_k;
+    case KT_S24_Q8: return tile_s24_q8;
     default: return NULL;
     }
 }

@@ -90,12 +90,6 @@ void kern_dequant_s24_q8_ref(const void *vx, float *y, int64_t n) {
     }
 }
 
-/* the activation byte at dense position i (0..63) of an S24_A8 block */
-static int8_t a8_at(const block_s24_a8 *a, int i) {
-    const int half = i / 32, k = i % 32; /* lane `half` of x (k < 16) or y */
-    return k < 16 ? a->x[16 * half + k] : a->y[16 * half + k - 16];
-}
-
 void kern_quant_s24_a8_ref(const float *x, void *vy, int64_t n) {
     block_s24_a8 *y = vy;
     for (int64_t b = 0; b < n / QK_S24_Q8; b++, x += QK_S24_Q8) {
@@ -116,7 +110,7 @@ void kern_quant_s24_a8_ref(const float *x, void *vy, int64_t n) {
 void kern_dequant_s24_a8_ref(const void *vx, float *y, int64_t n) {
     const block_s24_a8 *x = vx;
     for (int64_t b = 0; b < n / QK_S24_Q8; b++, y += QK_S24_Q8)
-        for (int i = 0; i < QK_S24_Q8; i++) y[i] = (float)a8_at(&x[b], i) * x[b].d[4 * (i / 32)];
+        for (int i = 0; i < QK_S24_Q8; i++) y[i] = (float)kern_s24a8_at(&x[b], i) * x[b].d[4 * (i / 32)];
 }
 
 /* y: n / 64 S24_A8 blocks.  Per weight block: two exact integer sums (one
@@ -130,7 +124,7 @@ void kern_vec_dot_s24_q8_a8_ref(int64_t n, float *s, const void *vx, const void 
         for (int h = 0; h < 2; h++) {
             int32_t isum = 0;
             for (int j = 16 * h; j < 16 * h + 16; j++)
-                isum += (int32_t)x[b].q[j] * a8_at(&y[b], 4 * (j / 2) + kern_s24q8_pos(&x[b], j));
+                isum += (int32_t)x[b].q[j] * kern_s24a8_at(&y[b], 4 * (j / 2) + kern_s24q8_pos(&x[b], j));
             sum += (float)isum * (dw * y[b].d[4 * h]);
         }
     }

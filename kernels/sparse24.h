@@ -74,6 +74,13 @@ static inline int kern_s24q8_pos(const block_s24_q8 *b, int j) {
     return (b->idx[4 * w + bit / 8] >> (bit % 8)) & 3;
 }
 
+/* the activation byte at dense position i (0..63) of an S24_A8 block:
+ * lane i / 32 of x (i % 32 < 16) or of y */
+static inline int8_t kern_s24a8_at(const block_s24_a8 *a, int i) {
+    const int half = i / 32, k = i % 32;
+    return k < 16 ? a->x[16 * half + k] : a->y[16 * half + k - 16];
+}
+
 /* Decode (one activation row) streams every weight row once from memory,
  * and the S24 tiles read R <= 4 rows at a time: too few streams for the
  * hardware prefetchers (Intel Xeon, tinyllama-1.1b S24_F16 tg32, 2 threads:

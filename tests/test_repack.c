@@ -1,5 +1,5 @@
 /* test_repack.c - weights packed in groups of 8 rows (kernels/repack.h), every
- * packed type (Q8_0, Q4_0, Q2_K .. Q6_K, F16) through the same entry points:
+ * packed type (Q8_0, Q4_0, Q2_K .. Q6_K, F16, the 2:4 S24_Q8) through the same entry points:
  *  1. pack / unpack round-trips every row, missing rows of the last group are zero;
  *  2. every tier's kern_matmul_packed is bit-identical to kern_matmul_packed_ref
  *     for T = 1..9 (each tile width and the tails), N with a partial group,
@@ -23,6 +23,7 @@
 #include "kernels/kernels.h"
 #include "kernels/quants.h"
 #include "kernels/repack.h"
+#include "kernels/sparse24.h"
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -30,9 +31,9 @@ static float frand(void) { /* uniform in [-1, 1) */
     return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-enum { NTYPES = 11 };
+enum { NTYPES = 12 };
 static const int TYPES[NTYPES] = {KT_Q8_0, KT_Q4_0, KT_Q4_1, KT_Q5_0, KT_Q5_1, KT_Q2_K,
-                                  KT_Q3_K, KT_Q4_K, KT_Q5_K, KT_Q6_K, KT_F16};
+                                  KT_Q3_K, KT_Q4_K, KT_Q5_K, KT_Q6_K, KT_F16, KT_S24_Q8};
 /* 32-element types with a block minimum m (x = q d + m; Q8_1 activations) */
 static bool has_m(int t) { return t == KT_Q4_1 || t == KT_Q5_1; }
 /* Q4_1, Q5_0, Q5_1 */
@@ -52,8 +53,8 @@ static void unpack_k(int t, const uint8_t *row, int64_t b, kern_kblock *u) {
     default: kern_unpack_q6_k((const block_q6_K *)row + b, u); break;
     }
 }
-/* K scaled to the type's block: K-quants take 256-element super-blocks */
-static int64_t kdim(int t, int64_t k32) { return is_k(t) ? k32 * 8 : k32; }
+/* K scaled to the type's block: K-quants take 256-element super-blocks, S24_Q8 64-element blocks */
+static int64_t kdim(int t, int64_t k32) { return is_k(t) ? k32 * 8 : t == KT_S24_Q8 ? k32 * 2 : k32; }
 
 /* N x K weights of type t from random floats; Q8_0 rows also get a few
  * -128 bytes; every fifth K-quant row gets the extreme integers of the
@@ -70,6 +71,7 @@ static uint8_t *make_weights(int t, int64_t N, int64_t K) {
         for (int64_t k = 0; k < K; k++) row[k] = frand() * (1.0f + (float)(n % 3));
         kern_type_get(t)->from_float_ref(row, wr, K);
         if (t == KT_Q8_0) ((block_q8_0 *)wr)[0].qs[n % 32] = -128;
+        if (t == KT_S24_Q8) ((block_s24_q8 *)wr)[0].q[n % 32] = -128;
         if (n % 5 == 0 && t == KT_Q4_1) memset(((block_q4_1 *)wr)->qs, 0xff, QK4_1 / 2); /* q = 15 */
         if (n % 5 == 0 && t == KT_Q5_0) { /* q = 31 */
             memset(((block_q5_0 *)wr)->qs, 0xff, QK5_0 / 2);
@@ -181,6 +183,18 @@ static float spec_dot(int t, const uint8_t *wrow, const block_q8_0 *a, int64_t K
             acc = fmaf(kern_fp16_to_fp32(((const uint16_t *)wrow)[k]), kern_fp16_to_fp32(((const uint16_t *)a)[k]), acc);
         return acc;
     }
+    if (t == KT_S24_Q8) { /* a: S24_A8 rows; per half block the exact dot, fmaf */
+        const block_s24_a8 *a8 = (const block_s24_a8 *)a;
+        for (int64_t b = 0; b < K / QK_S24_Q8; b++) {
+            const block_s24_q8 *w = (const block_s24_q8 *)wrow + b;
+            for (int h = 0; h < 2; h++) {
+                int32_t i = 0;
+                for (int k = 16 * h; k < 16 * h + 16; k++) i += w->q[k] * kern_s24a8_at(&a8[b], 4 * (k / 2) + kern_s24q8_pos(w, k));
+                acc = fmaf((float)i, kern_fp16_to_fp32(w->d) * a8[b].d[4 * h], acc);
+            }
+        }
+        return acc;
+    }
     if (is_k(t)) { /* a: Q8_K rows; sub-block sums of a from qs, not bsums */
         const block_q8_K *ak = (const block_q8_K *)a;
         for (int64_t b = 0; b < K / QK_K; b++) {
@@ -263,7 +277,7 @@ static void test_tiers_bit_identical(void **state) {
             for (int ki = 0; ki < 3; ki++) {
                 const int t = TYPES[ti];
                 /* K-quants: 256, 1280, 4096 would be slow in the ref; 256, 512, 768 */
-                const int64_t N = Ns[ni], K = is_k(t) ? 256 * (ki + 1) : Ks[ki];
+                const int64_t N = Ns[ni], K = is_k(t) ? 256 * (ki + 1) : kdim(t, Ks[ki]);
                 uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
                 kern_pack(W, t, N, K, P, 0, (N + 7) / 8);
                 float *x = malloc(sizeof(float) * TMAX * K), *yr = malloc(sizeof(float) * TMAX * N),
@@ -359,7 +373,7 @@ static void test_decode_many_groups(void **state) {
     const kern_tier best = kern_best_tier();
     for (int ti = 0; ti < NTYPES; ti++) {
         const int t = TYPES[ti];
-        const int64_t K = is_k(t) ? 256 : 96;
+        const int64_t K = is_k(t) ? 256 : kdim(t, 96);
         uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
         kern_pack(W, t, N, K, P, 0, (N + 7) / 8);
         float *x = malloc(sizeof(float) * K), *y = malloc(sizeof(float) * N), *yr = malloc(sizeof(float) * N);
@@ -384,7 +398,7 @@ static void test_decode_many_groups(void **state) {
 
 /* packed (threaded, best tier) vs kern_matmul_ref.  Bound per output, with
  * amax = max |x|, the activation rounding error per element is at most
- * amax / 254 (Q8_0 and Q8_K: d = amax / 127, round to nearest; the
+ * amax / 254 (Q8_0, Q8_K and S24_A8: d <= amax / 127, round to nearest; the
  * integer dots are exact, so that error passes through unchanged), so
  *   |dy| <= sum|w| * amax / 254 + 4 (K + 2) 2^-24 sum|w a|
  * (the second term: float summation in two different orders).  F16
@@ -509,7 +523,7 @@ static void test_tile_avx512_emulated(void **state) {
         for (int ki = 0; ki < 3; ki++)
             for (int ni = 0; ni < 2; ni++) {
                 /* one full group; two full groups and a partial one */
-                const int64_t N = ni ? 21 : 8, K = is_k(t) ? 256 * (ki + 1) : (int64_t[]){32, 160, 512}[ki];
+                const int64_t N = ni ? 21 : 8, K = is_k(t) ? 256 * (ki + 1) : kdim(t, (int64_t[]){32, 160, 512}[ki]);
                 uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
                 kern_pack(W, t, N, K, P, 0, (N + 7) / 8);
                 float *x = malloc(sizeof(float) * TMAX * K), *yr = malloc(sizeof(float) * TMAX * N),
@@ -530,7 +544,7 @@ static void test_tile_avx512_emulated(void **state) {
                 free(W); free(P); free(x); free(yr); free(y);
             }
     }
-    assert_int_equal(n_tiles, 10); /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K */
+    assert_int_equal(n_tiles, 11); /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, S24_Q8 */
 #else
     skip();
 #endif

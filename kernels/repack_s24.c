@@ -1,0 +1,118 @@
+/* repack_s24.c - the 2:4 sparse S24_Q8 type (kernels/sparse24.h) in the
+ * packed 8-row layout, and the spec of its tile in plain C.
+ *
+ * Why: the row-major S24_Q8 kernels gather each row's activations with
+ * their own index decoding, sign handling and float scaling per block and
+ * row (kernels/sparse24_avx512.c): about 16 instructions per 64 weights of
+ * one row, so decode was compute-bound near 21.5 GB/s per thread
+ * (kvant-prune-kernels, Zen 4) and 2:4 tinyllama decoded at only 1.18-1.24x
+ * its dense Q8_0 when memory was fast.  Packed like Q8_0x8, one 256-bit
+ * register holds 4 kept values of 8 rows; one vpshufb gathers the 8 rows'
+ * activations from a 16-byte window broadcast to both lanes, one vpdpbusd
+ * (AVX2: vpmaddubsw + vpmaddwd) does 32 multiply-adds, and the scaling
+ * costs one conversion and one FMA per half block for 8 outputs.  The 8
+ * rows are also one contiguous stream for the prefetchers.
+ *
+ * Packed layout (S24_Q8x8, 336 bytes = 8 x 42, the file's size): per group
+ * of 8 rows and block of 64 columns (32 kept values per row),
+ *   @0   d[8]              fp16, row r's scale (the file's bytes)
+ *   @16  q[8 j][8 r][4]    row r's kept values 4j .. 4j+3 (the file's q)
+ *   @272 ix[4 m][16]       the positions (0..3 in the group) of kept values
+ *                          8m .. 8m+7 of the 8 rows: bits 2L..2L+1 of byte
+ *                          i of ix[m] (L = 0..3) hold that of row
+ *                          4 (L % 2) + i / 4, kept value 8m + 4 (L / 2) + i % 4
+ * so chunk j = 2m + h of the q field takes its positions from ix[m]
+ * broadcast to both 128-bit lanes and shifted right by 4h (lane 0, rows
+ * 0..3) and 4h + 2 (lane 1, rows 4..7): one vpsrlvq, then & 3 per byte.
+ * Kept value k meets the activation at 4 (k / 2) + its position (group k /
+ * 2, as in the file), which for chunk 2m + h lies in the 16-byte window of
+ * activations 16m .. 16m+15, at 8h + 4 ((k % 4) / 2) + position.
+ *
+ * Arithmetic (the spec).  Activations: S24_A8 rows from the _ref quantizer
+ * (per 32 activations a float scale d_a = amax / 127 and int8 a_e).  Per
+ * output (row r, activation row t), acc = 0, then per block b in order and
+ * its halves h = 0, 1 (kept values 16h .. 16h+15 meet activations 32h ..
+ * 32h+31):
+ *     i_h = sum_k q_k a_(4 (k/2) + pos_k)     (exact int32: |i_h| <= 16 * 127 * 128)
+ *     acc = fmaf((float)i_h, d_w * d_a(h), acc)
+ * d_w * d_a(h) one rounded float product.  Versus the row-major _ref dot
+ * (kern_vec_dot_s24_q8_a8_ref, the same integer sums and products) only the
+ * float summation differs: fmaf into one chain here, add of the products
+ * there (tests/test_repack.c bounds it, as for every packed type). */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/quants.h"
+#include "kernels/repack.h"
+#include "kernels/sparse24.h"
+
+enum { XB = 336, Q_AT = 16, IX_AT = 272 };
+
+/* byte and shift of row r's kept value k (0..31) in the ix field */
+static size_t ix_byte(int r, int k) { return IX_AT + 16 * (size_t)(k / 8) + 4 * (size_t)(r % 4) + (size_t)(k % 4); }
+static int ix_shift(int r, int k) { return 2 * (2 * ((k % 8) / 4) + r / 4); }
+
+int kern_s24x8_pos(const uint8_t *w, int r, int k) { return (w[ix_byte(r, k)] >> ix_shift(r, k)) & 3; }
+
+size_t kern_pack_s24_bytes(int64_t N, int64_t K) {
+    return (size_t)((N + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS) * (size_t)(K / QK_S24_Q8) * XB;
+}
+
+void kern_pack_s24(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1) {
+    const int64_t nb = K / QK_S24_Q8;
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *o = (uint8_t *)dst + (size_t)g * (size_t)nb * XB;
+        for (int64_t b = 0; b < nb; b++, o += XB) {
+            memset(o, 0, XB);
+            for (int r = 0; r < KERN_PACK_ROWS; r++) {
+                const int64_t n = g * KERN_PACK_ROWS + r;
+                if (n >= N) break; /* missing rows of the last group: all zero */
+                const block_s24_q8 *s = (const block_s24_q8 *)W + (size_t)n * (size_t)nb + b;
+                memcpy(o + 2 * r, &s->d, 2);
+                for (int j = 0; j < 8; j++) memcpy(o + Q_AT + 32 * j + 4 * r, s->q + 4 * j, 4);
+                for (int k = 0; k < QK_S24_Q8 / 2; k++)
+                    o[ix_byte(r, k)] |= (uint8_t)(kern_s24q8_pos(s, k) << ix_shift(r, k));
+            }
+        }
+    }
+}
+
+void kern_unpack_s24_row(const void *P, int64_t K, int64_t n, void *row) {
+    const int64_t nb = K / QK_S24_Q8;
+    const int r = (int)(n % KERN_PACK_ROWS);
+    const uint8_t *o = (const uint8_t *)P + (size_t)(n / KERN_PACK_ROWS) * (size_t)nb * XB;
+    for (int64_t b = 0; b < nb; b++, o += XB) {
+        block_s24_q8 *s = (block_s24_q8 *)row + b;
+        memcpy(&s->d, o + 2 * r, 2);
+        for (int j = 0; j < 8; j++) memcpy(s->q + 4 * j, o + Q_AT + 32 * j + 4 * r, 4);
+        memset(s->idx, 0, sizeof s->idx);
+        for (int k = 0; k < QK_S24_Q8 / 2; k++) { /* kernels/sparse24.h: position of k at bit 8(k%4) + 2((k/4)%4) of word k/16 */
+            const int bit = 8 * (k % 4) + 2 * ((k / 4) % 4);
+            s->idx[4 * (k / 16) + bit / 8] |= (uint8_t)(kern_s24x8_pos(o, r, k) << (bit % 8));
+        }
+    }
+}
+
+/* the spec: y[c * ldy + r] for the group's 8 rows and C activation rows
+ * (S24_A8, ba bytes apart) */
+void kern_pack_s24_tile_ref(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba) {
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < KERN_PACK_ROWS; r++) {
+            const block_s24_a8 *ab = (const block_s24_a8 *)(a + (size_t)c * ba);
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *wb = w + (size_t)b * XB;
+                kern_half dh;
+                memcpy(&dh, wb + 2 * r, 2);
+                const float dw = kern_fp16_to_fp32(dh);
+                for (int h = 0; h < 2; h++) {
+                    int32_t i = 0;
+                    for (int k = 16 * h; k < 16 * h + 16; k++)
+                        i += (int8_t)wb[Q_AT + 32 * (k / 4) + 4 * r + k % 4] *
+                             kern_s24a8_at(&ab[b], 4 * (k / 2) + kern_s24x8_pos(wb, r, k));
+                    acc = fmaf((float)i, dw * ab[b].d[4 * h], acc);
+                }
+            }
+            y[(size_t)c * ldy + (size_t)r] = acc;
+        }
+}

@@ -1,0 +1,98 @@
+/* kernels/repack_s24_tile.h - private to the per-ISA packed tiles: the
+ * tile of the packed 2:4 S24_Q8 (layout and spec: kernels/repack_s24.c),
+ * shared by repack_avx2.c and (with S24_VNNI 1) repack_avx512.c, after
+ * kernels/repack_tile.h.
+ *
+ * Per chunk j = 2m + h (4 kept values of the 8 rows, one 256-bit load):
+ *   index: ix[m] broadcast to both lanes, >> (4h, 4h + 2) per lane
+ *          (vpsrlvq), & 3, | the window offset 8h + 4 ((k % 4) / 2);
+ *   gather: one vpshufb of the 16-byte activation window m (activations
+ *          16m .. 16m+15, broadcast to both lanes) gives, per row, the 4
+ *          activations its kept values meet;
+ *   dot:   AVX2: vpmaddubsw(|q|, a with q's sign) + vpmaddwd, exact
+ *          (|pair| <= 2 * 128 * 127);  VNNI: vpdpbusd(a + 128, q) (the
+ *          window ^ 0x80 as unsigned, once per window for its 2 chunks)
+ *          and, shared by the activation rows, vpdpbusd(128, q); their
+ *          difference is the exact sum.
+ * Each half block's int32 sums (chunks 0-3, 4-7) are scaled by d_w * d_a(h)
+ * into one fmaf chain per output: bit-identical to kern_pack_s24_tile_ref.
+ * Decode prefetches as the Q8_0 tile (prefetch_block): 2048 bytes ahead
+ * into L1; the group is one contiguous stream. */
+#ifndef KVANT_KERNELS_REPACK_S24_TILE_H
+#define KVANT_KERNELS_REPACK_S24_TILE_H
+
+#include "kernels/sparse24.h"
+
+#ifndef S24_VNNI
+#define S24_VNNI 0
+#endif
+
+AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba) {
+    /* offsets of the 16-byte activation windows m = 0..3 in an S24_A8 block (x[0..16), y[0..16), x[16..32), y[16..32)) */
+    static const size_t WIN[4] = {offsetof(block_s24_a8, x), offsetof(block_s24_a8, y), offsetof(block_s24_a8, x) + 16,
+                                  offsetof(block_s24_a8, y) + 16};
+    const __m256i three = _mm256_set1_epi8(3);
+    const __m256i base0 = _mm256_set1_epi32(0x04040000), base1 = _mm256_set1_epi32(0x0c0c0808);
+    const __m256i sh0 = _mm256_setr_epi64x(0, 0, 2, 2), sh1 = _mm256_setr_epi64x(4, 4, 6, 6);
+#if S24_VNNI
+    const __m256i x80 = _mm256_set1_epi8((char)0x80);
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+#endif
+    __m256 acc[4];
+    for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, w += 336) {
+        prefetch_block(w, 336, C);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
+        for (int hh = 0; hh < 2; hh++) {
+            __m256i s[4];
+            for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
+#if S24_VNNI
+            __m256i corr = _mm256_setzero_si256();
+#endif
+            for (int m = 2 * hh; m < 2 * hh + 2; m++) {
+                const __m256i ixm = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + 272 + 16 * m)));
+                __m256i win[4];
+                for (int c = 0; c < C; c++) {
+                    win[c] = _mm256_broadcastsi128_si256(
+                        _mm_loadu_si128((const __m128i *)(a + (size_t)c * ba + (size_t)b * sizeof(block_s24_a8) + WIN[m])));
+#if S24_VNNI
+                    win[c] = _mm256_xor_si256(win[c], x80); /* a + 128 as unsigned; vpshufb moves bytes as they are */
+#endif
+                }
+                for (int h = 0; h < 2; h++) {
+                    const __m256i idx = _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi64(ixm, h ? sh1 : sh0), three),
+                                                        h ? base1 : base0);
+                    const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * (2 * m + h)));
+#if S24_VNNI
+                    corr = dpbusd(corr, x80, q);
+                    for (int c = 0; c < C; c++)
+                        s[c] = dpbusd(s[c], _mm256_shuffle_epi8(win[c], idx), q);
+#else
+                    const __m256i u = _mm256_sign_epi8(q, q); /* |q|, exact as unsigned even for -128 */
+                    for (int c = 0; c < C; c++) {
+                        const __m256i g = _mm256_sign_epi8(_mm256_shuffle_epi8(win[c], idx), q);
+                        s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(_mm256_maddubs_epi16(u, g), ones));
+                    }
+#endif
+                }
+            }
+            for (int c = 0; c < C; c++) {
+#if S24_VNNI
+                const __m256i i = _mm256_sub_epi32(s[c], corr);
+#else
+                const __m256i i = s[c];
+#endif
+                float da;
+                memcpy(&da, a + (size_t)c * ba + (size_t)b * sizeof(block_s24_a8) + offsetof(block_s24_a8, d) +
+                                4 * sizeof(float) * (size_t)hh, sizeof da);
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(dw, _mm256_set1_ps(da)), acc[c]);
+            }
+        }
+    }
+    for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
+}
+
+PACK_ENTRY(tile_s24_q8, tile_s24q8(nb, CC, y, ldy, w, a, ba))
+
+#endif
