@@ -138,6 +138,7 @@ static const pack_desc DESCS[] = {
      {{208, 2, 2, 0}, {192, 16, 1, 16}, {0, 128, 4, 144}, {128, 64, 4, 1168}}, NULL, NULL},
     /* 2:4 sparse: its layout is not chunked fields (kernels/repack_s24.c packs it) */
     {KT_S24_Q8, KT_S24_A8, QK_S24_Q8, 336, 0, 0, {{0, 0, 0, 0}}, NULL, NULL},
+    {KT_S24_F16, KT_F32, QK_S24_F16, 288, 0, 0, {{0, 0, 0, 0}}, NULL, NULL}, /* F32 activations as they are */
 };
 static_assert(offsetof(block_q2_K, qs) == 16 && offsetof(block_q2_K, d) == 80 && offsetof(block_q2_K, dmin) == 82,
               "block_q2_K layout");
@@ -190,8 +191,8 @@ void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_
         kern_pack_w8a8(W, N, K, dst, g0, g1);
         return;
     }
-    if (wtype == KT_S24_Q8) {
-        kern_pack_s24(W, N, K, dst, g0, g1);
+    if (wtype == KT_S24_Q8 || wtype == KT_S24_F16) {
+        (wtype == KT_S24_Q8 ? kern_pack_s24 : kern_pack_s24f16)(W, N, K, dst, g0, g1);
         return;
     }
     const pack_desc *D = desc_of(wtype);
@@ -238,9 +239,9 @@ void kern_unpack_row(const void *P, int wtype, int64_t N, int64_t K, int64_t n, 
         kern_unpack_w8a8_row(P, K, n, rowp);
         return;
     }
-    if (wtype == KT_S24_Q8) {
-        CORE_ASSERT(n >= 0 && n < N && K % QK_S24_Q8 == 0);
-        kern_unpack_s24_row(P, K, n, rowp);
+    if (wtype == KT_S24_Q8 || wtype == KT_S24_F16) {
+        CORE_ASSERT(n >= 0 && n < N && K % kern_type_get(wtype)->block_size == 0);
+        (wtype == KT_S24_Q8 ? kern_unpack_s24_row : kern_unpack_s24f16_row)(P, K, n, rowp);
         return;
     }
     const pack_desc *D = desc_of(wtype);
@@ -365,8 +366,8 @@ static float out_ref(const pack_desc *D, int64_t nb, int r, const uint8_t *w, co
 
 static void tile_ref(const pack_desc *D, int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a,
                      size_t ba) {
-    if (D->wtype == KT_S24_Q8) {
-        kern_pack_s24_tile_ref(nb, C, y, ldy, w, a, ba);
+    if (D->wtype == KT_S24_Q8 || D->wtype == KT_S24_F16) {
+        (D->wtype == KT_S24_Q8 ? kern_pack_s24_tile_ref : kern_pack_s24f16_tile_ref)(nb, C, y, ldy, w, a, ba);
         return;
     }
     for (int c = 0; c < C; c++)
@@ -549,7 +550,11 @@ static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out
 #if PACK_X86
     if (!ref && D->atype == KT_Q8_K && kern_active_tier() >= KERN_TIER_AVX2) quant = kern_pack_quant_q8_k_avx2;
 #endif
-    prep_acts(ref ? NULL : pool, D, quant, x, scratch, T, K, &j);
+    if (D->atype == KT_F32) { /* S24_F16: the inputs as they are */
+        j.a = (const uint8_t *)x;
+        j.ba = (size_t)K * sizeof(float);
+    } else
+        prep_acts(ref ? NULL : pool, D, quant, x, scratch, T, K, &j);
     if (pool && !ref && work >= KERN_MT_MIN_WORK) core_pool_run(pool, pack_task, &j);
     else pack_task(&j, 0, 1);
 }

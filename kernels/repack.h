@@ -49,8 +49,8 @@
  *   F16x8 (the file's size): element k of the 8 rows side by side at
  *       [k][r]; its own tile and spec (float FMAs, kernels/repack_f16.c)
  *   BF16x8: as F16x8 (BF16 values; F32 activations, kernels/repack_f16.c)
- *   S24_Q8x8 (336 bytes = the file's 8 x 42): its own layout and spec
- *       (kernels/repack_s24.c; S24_A8 activations)
+ *   S24_Q8x8 (336 bytes = the file's 8 x 42), S24_F16x8 (288 = 8 x 36): their
+ *       own layouts and specs (kernels/repack_s24.c; S24_A8 / F32 activations)
  * The Q4_0 / Q4_1 / Q8_0 / Q2_K / Q6_K packed bytes are a permutation of
  * the file's blocks, Q5_0's and Q5_1's too (their qh bits permuted);
  * Q3_K's, Q4_K's and Q5_K's scale bytes are unpacked (a bijection, so rows
@@ -106,7 +106,7 @@
 
 /* true if wtype has a packed layout (F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q6_K, and
  * kvant's PTQ types, kernels/repack_ptq.c, W8A8, kernels/repack_w8a8.c, and the 2:4
- * S24_Q8, kernels/repack_s24.c) */
+ * S24_Q8 and S24_F16, kernels/repack_s24.c) */
 bool kern_pack_supported(int wtype);
 /* true if rows of K elements of wtype can be packed (K a multiple of its block) */
 bool kern_pack_fits(int wtype, int64_t K);
@@ -229,15 +229,23 @@ kern_pack_w8a8_tile_fn kern_pack_w8a8_tile_avx512(void);
 void kern_matmul_packed_w8a8_tile(kern_pack_w8a8_tile_fn tile, const void *P, const float *x, float *y, int T,
                                   int64_t N, int64_t K, const kern_outliers *outl);
 
-/* ---- private to kernels/: the 2:4 sparse S24_Q8 (kernels/repack_s24.c: layout
- * and spec), reached through the entry points above: S24_A8 activations, the
- * tiles' kern_pack_tile_fn (ad, as unused: the scales are in the S24_A8 blocks) */
+/* ---- private to kernels/: the 2:4 sparse S24_Q8 and S24_F16 (kernels/repack_s24.c:
+ * layouts and specs), reached through the entry points above: S24_A8 activations
+ * (S24_Q8) or F32 ones (S24_F16), the tiles' kern_pack_tile_fn (ad, as unused: the
+ * scales are in the S24_A8 blocks) */
 size_t kern_pack_s24_bytes(int64_t N, int64_t K);
 void kern_pack_s24(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1);
 void kern_unpack_s24_row(const void *P, int64_t K, int64_t n, void *row);
 /* position (0..3) of row r's kept value k (0..31) in packed block w */
 int kern_s24x8_pos(const uint8_t *w, int r, int k);
 void kern_pack_s24_tile_ref(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba);
+/* S24_F16: F32 activations as they are (a: C rows of floats, ba bytes apart) */
+size_t kern_pack_s24f16_bytes(int64_t N, int64_t K);
+void kern_pack_s24f16(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1);
+void kern_unpack_s24f16_row(const void *P, int64_t K, int64_t n, void *row);
+int kern_s24f16x8_pos(const uint8_t *w, int r, int k);
+void kern_pack_s24f16_tile_ref(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a,
+                               size_t ba);
 
 /* For tests: kern_matmul_packed_tile for a PTQ type */
 void kern_matmul_packed_ptq_tile(kern_pack_ptq_tile_fn tile, const void *P, int wtype, const float *x, float *y,

@@ -396,6 +396,7 @@ kern_pack_tile_fn kern_pack_tile_avx2(int wtype) {
     case KT_Q5_K: return tile_q5_k;
     case KT_Q6_K: return tile_q6_k;
     case KT_S24_Q8: return tile_s24_q8;
+    case KT_S24_F16: return tile_s24_f16;
     default: return NULL;
     }
 }

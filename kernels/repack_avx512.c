@@ -272,6 +272,7 @@ kern_pack_tile_fn kern_pack_tile_avx512(int wtype) {
     case KT_Q3_K: return tile_q3_k;
     case KT_Q6_K: return tile_q6_k;
     case KT_S24_Q8: return tile_s24_q8;
+    case KT_S24_F16: return tile_s24_f16;
     default: return NULL;
     }
 }

@@ -1,5 +1,6 @@
-/* repack_s24.c - the 2:4 sparse S24_Q8 type (kernels/sparse24.h) in the
- * packed 8-row layout, and the spec of its tile in plain C.
+/* repack_s24.c - the 2:4 sparse types S24_Q8 and S24_F16
+ * (kernels/sparse24.h) in the packed 8-row layout, and the specs of their
+ * tiles in plain C.  S24_Q8 first, S24_F16 at the end.
  *
  * Why: the row-major S24_Q8 kernels gather each row's activations with
  * their own index decoding, sign handling and float scaling per block and
@@ -114,5 +115,114 @@ void kern_pack_s24_tile_ref(int64_t nb, int C, float *y, size_t ldy, const uint8
                 }
             }
             y[(size_t)c * ldy + (size_t)r] = acc;
+        }
+}
+
+/* ---- S24_F16 ---------------------------------------------------------------------
+ * Why: the row-major S24_F16 kernels decode each row's index word and
+ * gather its activations with 2-3 permutes per 8 kept values; on the Intel
+ * Xeon (2 threads) that vec_dot ran at about 8.6 GB/s per thread from cache,
+ * compute-bound below the memory (1.22-1.44x dense F16, not 1.4), and on
+ * Zen 4 it held 2:4 tinyllama at 1.38-1.40x F16 once memory ran at 70 GB/s.
+ * Packed, the 8 rows' kept values of one group of 4 columns meet the same 4
+ * activations: one 128-bit broadcast and one in-lane vpermilps per 8 rows
+ * and kept slot, whose index is the group's 32-bit position word shifted
+ * per lane (vpermilps reads the low 2 bits only).
+ *
+ * Packed layout (S24_F16x8, 288 bytes = 8 x 36, the file's size): per group
+ * of 8 rows and block of 32 columns (16 kept values per row, 8 column
+ * groups of 4),
+ *   @0   v[16 k][8 r]  fp16, row r's kept value k in column order: column
+ *                      group k / 2, the lower position first (k even)
+ *   @256 ix[8 g]       u32: bits 2l..2l+1 (l = 0..15) = the position (0..3
+ *                      in column group g) of row l % 8's kept value 2g + l / 8
+ * (the file keeps its slots in the order vpermilps wants for one row:
+ * column group 4 (s / 8) + grp[s % 8]; the packing reorders them).
+ *
+ * Arithmetic (the spec).  Activations: the F32 inputs as they are.  Per
+ * output (row r, activation row t), eight fmaf chains A[q][e] (q = 0..3, e
+ * = 0, 1), all 0; for every column group i of the row in order (i = 8b +
+ * g), e = 0, 1:
+ *     A[i % 4][e] = fmaf(w_(2i+e), a_(4i + pos_(2i+e)), A[i % 4][e])
+ * then y = ((A00 + A01) + (A10 + A11)) + ((A20 + A21) + (A30 + A31)).
+ * Eight chains, so a decode tile keeps FMAs in flight for one row group.
+ * Versus the row-major _ref dot (one sum in slot order, products rounded)
+ * only the float summation differs (tests/test_repack.c bounds it). */
+enum { XBF = 288, IXF_AT = 256 };
+
+/* the file's slot (0..15 of its block) of kept value k (natural order) */
+static int f16_slot(int k) {
+    static const int sbase[4] = {0, 4, 2, 6}; /* inverse of kern_s24f16_grp's pairs */
+    const int gg = k / 2;
+    return 8 * (gg / 4) + sbase[gg % 4] + k % 2;
+}
+
+int kern_s24f16x8_pos(const uint8_t *w, int r, int k) {
+    uint32_t word;
+    memcpy(&word, w + IXF_AT + 4 * (size_t)(k / 2), 4);
+    return (int)(word >> (2 * (r + 8 * (k % 2)))) & 3;
+}
+
+size_t kern_pack_s24f16_bytes(int64_t N, int64_t K) {
+    return (size_t)((N + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS) * (size_t)(K / QK_S24_F16) * XBF;
+}
+
+void kern_pack_s24f16(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1) {
+    const int64_t nb = K / QK_S24_F16;
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *o = (uint8_t *)dst + (size_t)g * (size_t)nb * XBF;
+        for (int64_t b = 0; b < nb; b++, o += XBF) {
+            memset(o, 0, XBF);
+            uint32_t ix[8] = {0};
+            for (int r = 0; r < KERN_PACK_ROWS; r++) {
+                const int64_t n = g * KERN_PACK_ROWS + r;
+                if (n >= N) break; /* missing rows of the last group: all zero */
+                const block_s24_f16 *s = (const block_s24_f16 *)W + (size_t)n * (size_t)nb + b;
+                for (int k = 0; k < QK_S24_F16 / 2; k++) {
+                    const int sl = f16_slot(k);
+                    memcpy(o + 2 * (KERN_PACK_ROWS * (size_t)k + (size_t)r), &s->v[sl], 2);
+                    ix[k / 2] |= ((s->idx >> (2 * sl)) & 3u) << (2 * (r + 8 * (k % 2)));
+                }
+            }
+            memcpy(o + IXF_AT, ix, sizeof ix);
+        }
+    }
+}
+
+void kern_unpack_s24f16_row(const void *P, int64_t K, int64_t n, void *row) {
+    const int64_t nb = K / QK_S24_F16;
+    const int r = (int)(n % KERN_PACK_ROWS);
+    const uint8_t *o = (const uint8_t *)P + (size_t)(n / KERN_PACK_ROWS) * (size_t)nb * XBF;
+    for (int64_t b = 0; b < nb; b++, o += XBF) {
+        block_s24_f16 *s = (block_s24_f16 *)row + b;
+        s->idx = 0;
+        for (int k = 0; k < QK_S24_F16 / 2; k++) {
+            const int sl = f16_slot(k);
+            memcpy(&s->v[sl], o + 2 * (KERN_PACK_ROWS * (size_t)k + (size_t)r), 2);
+            s->idx |= (uint32_t)kern_s24f16x8_pos(o, r, k) << (2 * sl);
+        }
+    }
+}
+
+/* the spec: y[c * ldy + r] for the group's 8 rows and C activation rows
+ * (floats, ba bytes apart) */
+void kern_pack_s24f16_tile_ref(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba) {
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < KERN_PACK_ROWS; r++) {
+            const float *ac = (const float *)(a + (size_t)c * ba);
+            float A[4][2] = {{0}};
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *wb = w + (size_t)b * XBF;
+                for (int g = 0; g < 8; g++) {
+                    const int64_t i = 8 * b + g;
+                    for (int e = 0; e < 2; e++) {
+                        const int k = 2 * g + e;
+                        kern_half h;
+                        memcpy(&h, wb + 2 * (KERN_PACK_ROWS * (size_t)k + (size_t)r), 2);
+                        A[i % 4][e] = fmaf(kern_fp16_to_fp32(h), ac[4 * i + kern_s24f16x8_pos(wb, r, k)], A[i % 4][e]);
+                    }
+                }
+            }
+            y[(size_t)c * ldy + (size_t)r] = ((A[0][0] + A[0][1]) + (A[1][0] + A[1][1])) + ((A[2][0] + A[2][1]) + (A[3][0] + A[3][1]));
         }
 }

@@ -1,8 +1,9 @@
 /* kernels/repack_s24_tile.h - private to the per-ISA packed tiles: the
- * tile of the packed 2:4 S24_Q8 (layout and spec: kernels/repack_s24.c),
- * shared by repack_avx2.c and (with S24_VNNI 1) repack_avx512.c, after
- * kernels/repack_tile.h.
+ * tiles of the packed 2:4 S24_Q8 and S24_F16 (layouts and specs:
+ * kernels/repack_s24.c), shared by repack_avx2.c and (with S24_VNNI 1)
+ * repack_avx512.c, after kernels/repack_tile.h.
  *
+ * S24_Q8:
  * Per chunk j = 2m + h (4 kept values of the 8 rows, one 256-bit load):
  *   index: ix[m] broadcast to both lanes, >> (4h, 4h + 2) per lane
  *          (vpsrlvq), & 3, | the window offset 8h + 4 ((k % 4) / 2);
@@ -94,5 +95,43 @@ AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t 
 }
 
 PACK_ENTRY(tile_s24_q8, tile_s24q8(nb, CC, y, ldy, w, a, ba))
+
+/* S24_F16x8 (kernels/repack_s24.c) against F32 activations, one activation
+ * row after another (the spec's eight chains A[q][e] are eight ymm of 8
+ * rows; more rows at once would spill the 16 registers of AVX2).  Per
+ * column group g and kept slot e: the 8 rows' halves widened (vcvtph2ps),
+ * the group's 4 activations broadcast to both lanes and permuted in-lane
+ * by the position word shifted per row (vpsrlvd; vpermilps reads its low
+ * 2 bits), one FMA.  The same tile serves the avx512 tier: the work is
+ * one permute and one conversion per 8 multiply-adds either way, and on
+ * Zen 4 a zmm operation costs two. */
+AI void tile_s24f16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w0, const uint8_t *a, size_t ba) {
+    const __m256i sh0 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), sh1 = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
+    for (int c = 0; c < C; c++) {
+        const float *ac = (const float *)(a + (size_t)c * ba);
+        const uint8_t *w = w0;
+        __m256 A[4][2];
+        for (int q = 0; q < 4; q++) A[q][0] = A[q][1] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++, w += 288, ac += QK_S24_F16) {
+            prefetch_block(w, 288, C);
+            for (int g = 0; g < 8; g++) {
+                const __m256 win = _mm256_broadcast_ps((const __m128 *)(ac + 4 * g));
+                int32_t word;
+                memcpy(&word, w + 256 + 4 * g, 4);
+                const __m256i m = _mm256_set1_epi32(word);
+                for (int e = 0; e < 2; e++) {
+                    const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16 * (2 * g + e))));
+                    const __m256 av = _mm256_permutevar_ps(win, _mm256_srlv_epi32(m, e ? sh1 : sh0));
+                    A[g % 4][e] = _mm256_fmadd_ps(wv, av, A[g % 4][e]);
+                }
+            }
+        }
+        const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(A[0][0], A[0][1]), _mm256_add_ps(A[1][0], A[1][1])),
+                                       _mm256_add_ps(_mm256_add_ps(A[2][0], A[2][1]), _mm256_add_ps(A[3][0], A[3][1])));
+        _mm256_storeu_ps(y + (size_t)c * ldy, s);
+    }
+}
+
+PACK_ENTRY(tile_s24_f16, tile_s24f16(nb, CC, y, ldy, w, a, ba))
 
 #endif

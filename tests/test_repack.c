@@ -1,5 +1,6 @@
 /* test_repack.c - weights packed in groups of 8 rows (kernels/repack.h), every
- * packed type (Q8_0, Q4_0, Q2_K .. Q6_K, F16, the 2:4 S24_Q8) through the same entry points:
+ * packed type (Q8_0, Q4_0, Q2_K .. Q6_K, F16, the 2:4 S24_Q8 and S24_F16) through the same
+ * entry points:
  *  1. pack / unpack round-trips every row, missing rows of the last group are zero;
  *  2. every tier's kern_matmul_packed is bit-identical to kern_matmul_packed_ref
  *     for T = 1..9 (each tile width and the tails), N with a partial group,
@@ -31,9 +32,10 @@ static float frand(void) { /* uniform in [-1, 1) */
     return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-enum { NTYPES = 12 };
+enum { NTYPES = 13 };
 static const int TYPES[NTYPES] = {KT_Q8_0, KT_Q4_0, KT_Q4_1, KT_Q5_0, KT_Q5_1, KT_Q2_K,
-                                  KT_Q3_K, KT_Q4_K, KT_Q5_K, KT_Q6_K, KT_F16, KT_S24_Q8};
+                                  KT_Q3_K, KT_Q4_K, KT_Q5_K, KT_Q6_K, KT_F16, KT_S24_Q8,
+                                  KT_S24_F16};
 /* 32-element types with a block minimum m (x = q d + m; Q8_1 activations) */
 static bool has_m(int t) { return t == KT_Q4_1 || t == KT_Q5_1; }
 /* Q4_1, Q5_0, Q5_1 */
@@ -182,6 +184,20 @@ static float spec_dot(int t, const uint8_t *wrow, const block_q8_0 *a, int64_t K
         for (int64_t k = 0; k < K; k++)
             acc = fmaf(kern_fp16_to_fp32(((const uint16_t *)wrow)[k]), kern_fp16_to_fp32(((const uint16_t *)a)[k]), acc);
         return acc;
+    }
+    if (t == KT_S24_F16) { /* a: the F32 inputs; eight fmaf chains (column group mod 4, kept slot parity) */
+        const float *af = (const float *)a;
+        float A[4][2] = {{0}};
+        for (int64_t i = 0; i < K / 4; i++) { /* column group i: slots of its two kept values in the file */
+            const block_s24_f16 *w = (const block_s24_f16 *)wrow + i / 8;
+            const int g = (int)(i % 8);
+            for (int sl = 0; sl < 16; sl++) {
+                if (4 * (sl / 8) + kern_s24f16_grp[sl % 8] != g) continue; /* slots sl, sl + 1: lower position first */
+                const int e = sl % 2;
+                A[i % 4][e] = fmaf(kern_fp16_to_fp32(w->v[sl]), af[4 * i + ((w->idx >> (2 * sl)) & 3)], A[i % 4][e]);
+            }
+        }
+        return ((A[0][0] + A[0][1]) + (A[1][0] + A[1][1])) + ((A[2][0] + A[2][1]) + (A[3][0] + A[3][1]));
     }
     if (t == KT_S24_Q8) { /* a: S24_A8 rows; per half block the exact dot, fmaf */
         const block_s24_a8 *a8 = (const block_s24_a8 *)a;
@@ -454,7 +470,8 @@ static void test_vs_matmul_ref(void **state) {
                      * F16's normal range */
                     sm += m * (xk + amax / 254.0) * ldexp(1.0, -11) + (k % 32 == 0 ? m * ldexp(1.0, -25) : 0);
                 }
-                const double act = t == KT_F16 ? ldexp(1.0, -11) * swa : sw * amax / 254.0;
+                const double act = t == KT_F16 ? ldexp(1.0, -11) * swa : t == KT_S24_F16 ? 0.0 /* F32 inputs */
+                                                                                         : sw * amax / 254.0;
                 const double tol = (act + sm) * 1.01 + 4.0 * (K + 2) * ldexp(1.0, -24) * swa;
                 if (fabs(y[tt * N + n] - yr[tt * N + n]) > tol)
                     fail_msg("%s: y[%d][%d] %.9g vs ref %.9g (tol %.3g)", kern_type_name(t), tt, n, y[tt * N + n],
@@ -544,7 +561,7 @@ static void test_tile_avx512_emulated(void **state) {
                 free(W); free(P); free(x); free(yr); free(y);
             }
     }
-    assert_int_equal(n_tiles, 11); /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, S24_Q8 */
+    assert_int_equal(n_tiles, 12); /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K .. Q6_K, S24_Q8, S24_F16 */
 #else
     skip();
 #endif
