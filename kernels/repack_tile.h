@@ -41,7 +41,8 @@ AI __m256i bcast4(const uint8_t *p) {
  *                       buffers (Q6_K far into L1: 21 t/s).  Q8_0 (47-48
  *                       near, 37-40 far) and Q3_K (80-81, 76-77), and the
  *                       PTQ and W8A8 tiles, whose blocks are as light,
- *                       stay near everywhere.
+ *                       stay near everywhere.  The packed 2:4 tiles
+ *                       (repack_s24_tile.h) go far: measured there.
  * A tile reads kern_prefetch_l2 once (far_l2) and passes it down. */
 #ifndef PF_DIST
 #define PF_DIST 2048

@@ -81,7 +81,11 @@ static inline int8_t kern_s24a8_at(const block_s24_a8 *a, int i) {
     return k < 16 ? a->x[16 * half + k] : a->y[16 * half + k - 16];
 }
 
-/* Decode (one activation row) streams every weight row once from memory,
+/* A model's 2:4 matrices are repacked at load into 8-row groups with
+ * tiles of their own (kernels/repack_s24.c); the row-major kernels of
+ * sparse24_avx2.c / sparse24_avx512.c serve kern_matmul (KVANT_REPACK=0,
+ * and callers that do not pack).
+ * Decode (one activation row) streams every weight row once from memory,
  * and the S24 tiles read R <= 4 rows at a time: too few streams for the
  * hardware prefetchers (Intel Xeon, tinyllama-1.1b S24_F16 tg32, 2 threads:
  * 8-11 t/s without; 12-13 with a T0 prefetch 1024 bytes ahead; 14-15.5
