@@ -28,12 +28,13 @@ static kvant_code c_reserve(kv_store *s, int n, kvant_status *st) {
     return KVANT_OK;
 }
 
-static void c_row(kv_store *s, int layer, int pos, uint8_t **k, uint8_t **v) {
+static size_t c_row(kv_store *s, int layer, int pos, uint8_t **k, uint8_t **v) {
     contig *c = (contig *)s;
     CORE_ASSERT(pos >= 0 && pos < s->capacity);
     uint8_t *base = c->mem + (size_t)layer * c->layer_bytes;
     *k = base + (size_t)pos * s->row_bytes;
     *v = base + ((size_t)s->capacity + (size_t)pos) * s->row_bytes;
+    return 0; /* rows of all heads */
 }
 
 static void c_view(kv_store *s, int layer, int n_pos, kern_kv_view *out) {

@@ -12,9 +12,9 @@
  *               n_sink + n_window.
  *
  * A row holds Hkv*D elements of the cache type (KT_F32, KT_F16 or KT_Q8_0):
- * contiguous when head_stride == 0, else head hk's D elements are
- * hk * head_stride bytes after head 0's (the paged pool's head-major
- * blocks; see kv/paged.h).  kv_write_row writes either.
+ * contiguous when kv_row's head stride is 0, else head hk's D elements
+ * are hk head strides after head 0's (the paged pool's head-major layout;
+ * see kv/paged.h).  kv_write_row writes either.
  * One forward chunk of T tokens does:
  *     kv_reserve(s, T)  ->  for each layer: kv_row(...) for cache indices
  *     n_pos .. n_pos+T-1, write K and V;  kv_view(s, layer, n_pos + T)
@@ -33,8 +33,11 @@ typedef struct {
     /* room for n more rows (may evict: streaming; may copy-on-write or fail
      * with KVANT_ERR_FULL: paged; nothing changes on failure) */
     kvant_code (*reserve)(kv_store *s, int n, kvant_status *st);
-    /* where to write cache index pos of `layer` */
-    void (*row)(kv_store *s, int layer, int pos, uint8_t **k, uint8_t **v);
+    /* where to write cache index pos of `layer`; returns the row's head
+     * stride (0: one contiguous row; else head hk's D elements lie hk times
+     * it after head 0's; a paged store's layers may differ: its sliding-
+     * window layers have their own pool) */
+    size_t (*row)(kv_store *s, int layer, int pos, uint8_t **k, uint8_t **v);
     /* layer as an attention view over cache indices 0 .. n_pos-1 */
     void (*view)(kv_store *s, int layer, int n_pos, kern_kv_view *out);
     /* the n rows written after reserve are now part of the cache */
@@ -62,7 +65,6 @@ struct kv_store {
     int type;                /* row type */
     int n_layers, kv_dim;    /* kv_dim = Hkv * D elements per row */
     size_t row_bytes;        /* a position's K (or V), all heads */
-    size_t head_stride;      /* 0: one row; else see above */
     int n_pos;               /* committed cache indices 0 .. n_pos-1 */
     int capacity;            /* most cache indices it can hold */
     int max_chunk;           /* most rows one reserve may ask for */
@@ -72,16 +74,19 @@ struct kv_store {
 };
 
 static inline kvant_code kv_reserve(kv_store *s, int n, kvant_status *st) { return s->ops->reserve(s, n, st); }
-static inline void kv_row(kv_store *s, int layer, int pos, uint8_t **k, uint8_t **v) { s->ops->row(s, layer, pos, k, v); }
+static inline size_t kv_row(kv_store *s, int layer, int pos, uint8_t **k, uint8_t **v) {
+    return s->ops->row(s, layer, pos, k, v);
+}
 static inline void kv_view(kv_store *s, int layer, int n_pos, kern_kv_view *out) { s->ops->view(s, layer, n_pos, out); }
 /* Converts Hkv*D floats (one position's K or V) to the cache type at dst,
- * a pointer from kv_row. */
-static inline void kv_write_row(const kv_store *s, kern_from_float_fn to_row, const float *src, uint8_t *dst, int D) {
-    if (!s->head_stride) {
+ * a pointer from kv_row, whose head stride hs kv_row returned. */
+static inline void kv_write_row(const kv_store *s, kern_from_float_fn to_row, const float *src, uint8_t *dst, int D,
+                                size_t hs) {
+    if (!hs) {
         to_row(src, dst, s->kv_dim);
         return;
     }
-    for (int h = 0; h < s->kv_dim / D; h++) to_row(src + (size_t)h * D, dst + (size_t)h * s->head_stride, D);
+    for (int h = 0; h < s->kv_dim / D; h++) to_row(src + (size_t)h * D, dst + (size_t)h * hs, D);
 }
 static inline void kv_commit(kv_store *s, const int32_t *tokens, int n) { s->ops->commit(s, tokens, n); }
 static inline void kv_clear(kv_store *s) { s->ops->clear(s); }

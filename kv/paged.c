@@ -10,11 +10,9 @@
 #include "kernels/types.h"
 #include "kv/paged.h"
 
-#define KV_ALIGN 64
-
 /* ---- sizing ---------------------------------------------------------------- */
 
-/* Fills row_bytes / layer_bytes / block_stride / n_blocks from the params,
+/* Fills row_bytes, the layout sizes (paged.h) and n_blocks from the params,
  * checking every product in 64 bits. */
 static kvant_code pool_size(kv_pool *p, const kv_pool_params *q, kvant_status *st) {
     if (q->n_layers <= 0 || q->n_kv_heads <= 0 || q->head_dim <= 0 || q->max_ctx <= 0 || q->block_size < 0 ||
@@ -40,25 +38,31 @@ static kvant_code pool_size(kv_pool *p, const kv_pool_params *q, kvant_status *s
     p->row_bytes = row;
     const size_t hb = kern_row_bytes(q->type, q->head_dim); /* 0: a Q8_0 head splits a block */
     p->head_bytes = q->row_major || hb == 0 ? 0 : hb;
-    p->head_stride = (size_t)p->block_size * p->head_bytes;
+    p->unit_bytes = p->head_bytes ? p->head_bytes : row;
+    p->n_units = (int)(row / p->unit_bytes);
 
-    uint64_t layer, stride;
-    if (!core_mul_ok((uint64_t)row, 2 * (uint64_t)p->block_size, &layer) ||
-        !core_mul_ok(layer, (uint64_t)q->n_layers, &stride) || stride > ((uint64_t)1 << 40))
+    uint64_t run, units, block;
+    if (!core_mul_ok((uint64_t)p->unit_bytes, (uint64_t)p->block_size, &run) || run > ((uint64_t)1 << 36))
         return core_fail(st, KVANT_ERR_NOMEM, "paged KV: a block of %d tokens is too large", p->block_size);
-    stride = (stride + KV_ALIGN - 1) / KV_ALIGN * KV_ALIGN;
-    p->layer_bytes = (size_t)layer;
-    p->block_stride = (size_t)stride;
+    if (!core_mul_ok(run, 2 * (uint64_t)p->n_units, &units) || !core_mul_ok(units, (uint64_t)q->n_layers, &block) ||
+        block > ((uint64_t)1 << 40))
+        return core_fail(st, KVANT_ERR_NOMEM, "paged KV: a block of %d tokens is too large", p->block_size);
+    p->run_bytes = (size_t)run;
+    p->block_bytes = (size_t)block;
 
-    uint64_t nb = q->n_blocks > 0 ? (uint64_t)q->n_blocks : q->budget_bytes / stride;
+    uint64_t nb = q->n_blocks > 0 ? (uint64_t)q->n_blocks : q->budget_bytes / block;
     if (nb == 0)
         return core_fail(st, KVANT_ERR_ARG, "paged KV: a budget of %llu bytes holds no block of %llu bytes",
-                         (unsigned long long)q->budget_bytes, (unsigned long long)stride);
+                         (unsigned long long)q->budget_bytes, (unsigned long long)block);
     uint64_t total;
-    if (nb > INT32_MAX / 2 || !core_mul_ok(nb, stride, &total) || total > ((uint64_t)1 << 46))
+    if (nb > INT32_MAX / 2 || !core_mul_ok(nb, block, &total) || total > ((uint64_t)1 << 46))
         return core_fail(st, KVANT_ERR_NOMEM, "paged KV: %llu blocks of %llu bytes is too large",
-                         (unsigned long long)nb, (unsigned long long)stride);
+                         (unsigned long long)nb, (unsigned long long)block);
     p->n_blocks = (int32_t)nb;
+    p->unit_stride = (size_t)nb * p->run_bytes; /* products of factors of total: no overflow */
+    p->kv_bytes = (size_t)p->n_units * p->unit_stride;
+    p->layer_bytes = 2 * p->kv_bytes;
+    p->head_stride = p->head_bytes ? p->unit_stride : 0;
     return KVANT_OK;
 }
 
@@ -80,7 +84,7 @@ kv_pool *kv_pool_new(const kv_pool_params *q, kvant_status *st) {
      * TLB miss almost every run (stories110M at depth 8192: 1003-1045 us
      * per layer against 1068-1100 on 4 KiB pages, kvant-kernels --attn,
      * Zen 4) */
-    p->data = core_alloc_huge(nb * p->block_stride);
+    p->data = core_alloc_huge(nb * p->block_bytes);
     p->ref = calloc(nb, sizeof *p->ref);
     p->free_stack = malloc(nb * sizeof *p->free_stack);
     p->scratch = malloc(nb * sizeof *p->scratch);
@@ -88,7 +92,7 @@ kv_pool *kv_pool_new(const kv_pool_params *q, kvant_status *st) {
     p->free_slots = malloc((size_t)p->max_seqs * sizeof *p->free_slots);
     p->seq_mem = malloc((size_t)p->max_seqs * per_seq * sizeof *p->seq_mem);
     if (!p->data || !p->ref || !p->free_stack || !p->scratch || !p->seqs || !p->free_slots || !p->seq_mem) {
-        core_fail(st, KVANT_ERR_NOMEM, "paged KV: cannot allocate %zu blocks of %zu bytes", nb, p->block_stride);
+        core_fail(st, KVANT_ERR_NOMEM, "paged KV: cannot allocate %zu blocks of %zu bytes", nb, p->block_bytes);
         kv_pool_free(p);
         return NULL;
     }
@@ -230,13 +234,10 @@ int kv_seq_blocks_needed(const kv_pool *p, const kv_seq *s, int n_new) {
 static void cow_block(kv_pool *p, kv_seq *s, int i) {
     int32_t old = s->table[i], nb = block_alloc(p);
     const size_t filled = (size_t)(s->len - i * p->block_size);
-    const uint8_t *from = p->data + (size_t)old * p->block_stride;
-    uint8_t *to = p->data + (size_t)nb * p->block_stride;
-    /* K (then V) of a layer: runs of `bytes` every `step` */
-    const size_t runs = p->head_bytes ? p->row_bytes / p->head_bytes : 1;
-    const size_t bytes = filled * (p->head_bytes ? p->head_bytes : p->row_bytes), step = p->head_stride;
-    for (size_t off = 0; off < (size_t)p->n_layers * p->layer_bytes; off += (size_t)p->block_size * p->row_bytes)
-        for (size_t r = 0; r < runs; r++) memcpy(to + off + r * step, from + off + r * step, bytes);
+    /* per layer, K then V, per unit (head, or whole row): the block's run */
+    const size_t bytes = filled * p->unit_bytes;
+    for (size_t off = 0; off < (size_t)p->n_layers * p->layer_bytes; off += p->unit_stride)
+        memcpy(p->data + off + (size_t)nb * p->run_bytes, p->data + off + (size_t)old * p->run_bytes, bytes);
     s->table[i] = nb;
     kv_block_release(p, old);
     p->cow_copies++;
@@ -311,12 +312,12 @@ void kv_pool_view(const kv_pool *p, const kv_seq *s, int layer, kern_kv_view *ou
     const uint8_t *base = p->data + (size_t)layer * p->layer_bytes;
     *out = (kern_kv_view){
         .k_base = base,
-        .v_base = base + (size_t)p->block_size * p->row_bytes,
-        .block_stride = p->block_stride,
+        .v_base = base + p->kv_bytes,
+        .block_stride = p->run_bytes,
         .block_table = s->table,
         .block_size = p->block_size,
         .type = p->type,
-        .row_bytes = p->head_bytes ? p->head_bytes : p->row_bytes,
+        .row_bytes = p->unit_bytes,
         .n_pos = s->len,
         .rope_k = NULL,
         .head_stride = p->head_stride,
@@ -328,10 +329,10 @@ void kv_pool_row(const kv_pool *p, const kv_seq *s, int layer, int pos, uint8_t 
     CORE_ASSERT(pos >= s->len && pos < kv_seq_capacity(p, s));
     int32_t b = s->table[pos / p->block_size];
     CORE_ASSERT(p->ref[b] == 1);
-    uint8_t *k = p->data + (size_t)b * p->block_stride + (size_t)layer * p->layer_bytes +
-                 (size_t)(pos % p->block_size) * (p->head_bytes ? p->head_bytes : p->row_bytes);
+    uint8_t *k = p->data + (size_t)layer * p->layer_bytes + (size_t)b * p->run_bytes +
+                 (size_t)(pos % p->block_size) * p->unit_bytes;
     *k_row = k;
-    *v_row = k + (size_t)p->block_size * p->row_bytes;
+    *v_row = k + p->kv_bytes;
 }
 
 /* ---- statistics and checks ----------------------------------------------------------- */
@@ -343,9 +344,9 @@ void kv_pool_stats_get(kv_pool *p, kv_pool_stats *o) {
     o->blocks_free = p->n_free;
     o->blocks_cached = p->n_cached;
     o->blocks_used = (int64_t)p->n_blocks - p->n_free - p->n_cached;
-    o->bytes_per_block = p->block_stride;
-    o->bytes_total = (size_t)p->n_blocks * p->block_stride;
-    o->bytes_used = (size_t)o->blocks_used * p->block_stride;
+    o->bytes_per_block = p->block_bytes;
+    o->bytes_total = (size_t)p->n_blocks * p->block_bytes;
+    o->bytes_used = (size_t)o->blocks_used * p->block_bytes;
     /* scratch[b]: the most rows any reader has filled in block b */
     memset(p->scratch, 0, (size_t)p->n_blocks * sizeof *p->scratch);
     for (int i = 0; i < p->max_seqs; i++) {

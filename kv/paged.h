@@ -4,30 +4,33 @@
  *
  * Letters: L layers, Hkv KV heads, D head dim, B tokens per block (block_size).
  *
- * Memory.  kv_pool_new makes ONE allocation of n_blocks * block_stride bytes
+ * Memory.  kv_pool_new makes ONE allocation of n_blocks * block_bytes bytes
  * and every bookkeeping array; nothing is allocated afterwards (not per token,
  * not per step, not per sequence: sequence slots, their block tables and token
  * arrays are preallocated for max_seqs sequences of up to max_ctx tokens).
- * Block b occupies [b * block_stride, (b + 1) * block_stride) and holds, for
- * each layer l in order, the K of its B positions then their V:
- *
- *     block b:  | layer 0: K V | layer 1: K V | ... | pad |
- *
  * A position's K (or V) is Hkv*D elements of the cache type (KT_F32, KT_F16
- * or KT_Q8_0), row_bytes = kern_row_bytes(type, Hkv*D) bytes in all.  Inside
- * a block's K (and V) the heads are either
- *   head-major  K[Hkv][B][D]: each head's B rows together (the default when
- *               a head is whole blocks of the type: F32, F16, Q8_0 with
- *               D % 32 == 0).  Attention reads one head at a time, so this
- *               is a run of B*D elements instead of D elements every Hkv*D
- *               (about half the decode attention time with a cold cache);
- *   row-major   K[B][Hkv*D] (kv_pool_params.row_major, or Q8_0 heads that
- *               split a block).
- * block_stride = 2 * L * B * row_bytes rounded up to 64 so every block
- * starts on a cache line.  Layer l of the pool is therefore an ordinary
- * kern_kv_view (kernels/attn.h) with k_base = data + l * 2 * B * row_bytes,
- * v_base = k_base + B * row_bytes, and head_stride = B * D elements
- * (head-major) or 0.
+ * or KT_Q8_0), row_bytes = kern_row_bytes(type, Hkv*D) bytes in all, made of
+ * units that are either
+ *   heads       (head-major, the default when a head is whole blocks of the
+ *               type: F32, F16, Q8_0 with D % 32 == 0): unit_bytes = a
+ *               head's D elements, Hkv units;
+ *   whole rows  (row-major: kv_pool_params.row_major, or Q8_0 heads that
+ *               split a block): unit_bytes = row_bytes, 1 unit.
+ * The pool is laid out unit by unit, and each unit block by block:
+ *
+ *     data:  [layer][K, V][unit][block b][B positions][unit_bytes]
+ *
+ * so one unit of block b is a run of B * unit_bytes bytes (run_bytes; a
+ * block's share of the pool is exactly 2 L B row_bytes), and a head's
+ * runs of consecutive block ids lie back to back.  Attention reads one
+ * head at a time: a sequence whose blocks were handed out in order (a
+ * fresh pool gives 0, 1, 2, ...) is one contiguous stream per head and
+ * layer, which the hardware prefetchers follow, where a layout by block
+ * put each 2 KB run of a head 2 L B row_bytes away from the next (stories110M
+ * at depth 8192: 590 KB).  Layer l of the pool is an ordinary kern_kv_view
+ * (kernels/attn.h) with k_base = data + l * layer_bytes, v_base = k_base +
+ * kv_bytes, block_stride = run_bytes, row_bytes = unit_bytes and
+ * head_stride = unit_stride (head-major) or 0.
  *
  * Block states (every block is in exactly one):
  *   used    refcount > 0: in the tables of `refcount` sequences;
@@ -92,7 +95,7 @@ void kv_pool_free(kv_pool *p);
 typedef struct {
     int block_size;
     int64_t blocks_total, blocks_used, blocks_cached, blocks_free;
-    size_t bytes_per_block;     /* block_stride, padding included */
+    size_t bytes_per_block;     /* block_bytes: a block's share of the pool, padding included */
     size_t bytes_total;         /* blocks_total * bytes_per_block */
     size_t bytes_used;          /* blocks_used * bytes_per_block */
     int n_seqs;                 /* live sequences */
@@ -218,10 +221,17 @@ struct kv_seq {
 
 struct kv_pool {
     int n_layers, block_size, type, max_ctx, max_blocks, max_seqs;
-    size_t row_bytes, layer_bytes, block_stride;  /* layer_bytes = 2 * B * row_bytes */
-    size_t head_bytes, head_stride;  /* head-major: a head's D elements and B * head_bytes; row-major: 0, 0 */
+    size_t row_bytes;              /* one position's K (or V): Hkv * D elements */
+    size_t head_bytes, head_stride; /* head-major: a head's D elements and unit_stride; row-major: 0, 0 */
+    /* the layout (see the top): a unit is a head (head-major) or a row */
+    size_t unit_bytes;             /* head_bytes, or row_bytes when row-major */
+    int n_units;                   /* Hkv, or 1 */
+    size_t run_bytes;              /* B * unit_bytes: a unit's part of a block */
+    size_t unit_stride;            /* n_blocks * run_bytes: one unit of one layer's K (or V) */
+    size_t kv_bytes, layer_bytes;  /* n_units * unit_stride; 2 * kv_bytes */
+    size_t block_bytes;            /* a block's share of the pool: 2 * L * n_units * run_bytes */
     int32_t n_blocks;
-    uint8_t *data;                 /* [n_blocks][block_stride] */
+    uint8_t *data;                 /* [L][K, V][n_units][n_blocks][run_bytes] */
     int32_t *ref;                  /* [n_blocks] */
     int32_t *free_stack, n_free;   /* [n_blocks]: free block ids, top at n_free-1 */
     /* sequences */

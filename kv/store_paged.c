@@ -51,12 +51,13 @@ static kvant_code p_reserve(kv_store *s, int n, kvant_status *st) {
     return rc;
 }
 
-static void p_row(kv_store *s, int layer, int pos, uint8_t **k, uint8_t **v) {
+static size_t p_row(kv_store *s, int layer, int pos, uint8_t **k, uint8_t **v) {
     paged_store *p = (paged_store *)s;
     kv_seq *q;
     int idx;
     kv_pool *pool = pool_of(p, layer, &q, &idx);
     kv_pool_row(pool, q, idx, pos, k, v);
+    return pool->head_stride;
 }
 
 static void p_view(kv_store *s, int layer, int n_pos, kern_kv_view *out) {
@@ -161,7 +162,7 @@ static kv_store *wrap(kv_pool *pool, kv_seq *seq, bool own_pool, const paged_sto
     p->base = (kv_store){.ops = &k_paged_ops, .type = pool->type, .n_layers = n_layers,
                          .kv_dim = (int)(pool->row_bytes / kern_type_get(pool->type)->type_size *
                                          (size_t)kern_type_get(pool->type)->block_size),
-                         .row_bytes = pool->row_bytes, .head_stride = pool->head_stride, .n_pos = kv_seq_len(seq), .capacity = pool->max_ctx,
+                         .row_bytes = pool->row_bytes, .n_pos = kv_seq_len(seq), .capacity = pool->max_ctx,
                          .max_chunk = pool->max_ctx};
     if (swa) p->base.max_chunk = swa->base.max_chunk;
     return &p->base;

@@ -38,13 +38,14 @@ static kvant_code s_reserve(kv_store *s, int n, kvant_status *st) {
     return KVANT_OK;
 }
 
-static void s_row(kv_store *s, int layer, int pos, uint8_t **k, uint8_t **v) {
+static size_t s_row(kv_store *s, int layer, int pos, uint8_t **k, uint8_t **v) {
     stream *m = (stream *)s;
     CORE_ASSERT(pos >= 0 && pos < s->capacity);
     uint8_t *base = m->mem + (size_t)layer * m->layer_bytes;
     const size_t slot = (size_t)m->slot_of[pos];
     *k = base + slot * s->row_bytes;
     *v = base + ((size_t)s->capacity + slot) * s->row_bytes;
+    return 0; /* rows of all heads */
 }
 
 static void s_view(kv_store *s, int layer, int n_pos, kern_kv_view *out) {

@@ -247,9 +247,9 @@ static void rows_do(const rows_job *j, int t0, int t1) {
             kern_rope(q, c->n_heads, D, w->pos[t], j->rope);
             if (!kv->rope_on_read) kern_rope(k, c->n_kv_heads, D, w->pos[t], j->rope);
             uint8_t *krow, *vrow;
-            kv_row(kv, j->layer, w->pos[t], &krow, &vrow);
-            kv_write_row(kv, to_row, w->k + (size_t)t * KVD, krow, D);
-            kv_write_row(kv, to_row, w->v + (size_t)t * KVD, vrow, D);
+            const size_t hs = kv_row(kv, j->layer, w->pos[t], &krow, &vrow);
+            kv_write_row(kv, to_row, w->k + (size_t)t * KVD, krow, D, hs);
+            kv_write_row(kv, to_row, w->v + (size_t)t * KVD, vrow, D, hs);
         }
         break;
     }

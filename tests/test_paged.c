@@ -170,11 +170,13 @@ static void test_sizing(void **state) {
     kv_seq *a = new_seq(p);
     kv_pool_view(p, a, 0, &v0);
     kv_pool_view(p, a, 1, &v1);
+    /* [layer][K, V][head][block][16 rows]: a head's run of one block is 16 x 64 B,
+     * a head 10 blocks of them, K (or V) of a layer 2 heads */
     assert_int_equal(v0.row_bytes, 64); /* head-major: a row is one head's 16 floats */
-    assert_int_equal(v0.head_stride, 16 * 64);
-    assert_int_equal(v0.block_stride, 8192);
-    assert_int_equal(v0.v_base - v0.k_base, 16 * 128);
-    assert_int_equal(v1.k_base - v0.k_base, 2 * 16 * 128);
+    assert_int_equal(v0.block_stride, 16 * 64);
+    assert_int_equal(v0.head_stride, 10 * 16 * 64);
+    assert_int_equal(v0.v_base - v0.k_base, 2 * 10 * 16 * 64);
+    assert_int_equal(v1.k_base - v0.k_base, 2 * 2 * 10 * 16 * 64);
     assert_int_equal(v0.type, KT_F32);
     assert_int_equal(v0.n_pos, 0);
     kv_pool_free(p);
@@ -185,7 +187,8 @@ static void test_sizing(void **state) {
     kv_pool_view(p, new_seq(p), 0, &v0);
     assert_int_equal(v0.row_bytes, 128);
     assert_int_equal(v0.head_stride, 0);
-    assert_int_equal(v0.v_base - v0.k_base, 16 * 128);
+    assert_int_equal(v0.block_stride, 16 * 128);
+    assert_int_equal(v0.v_base - v0.k_base, 10 * 16 * 128);
     kv_pool_free(p);
     /* Q8_0 heads of 16 split a block of 32: row-major whatever is asked */
     q = (kv_pool_params){.n_layers = 1, .n_kv_heads = 2, .head_dim = 16, .type = KT_Q8_0, .max_ctx = 64, .n_blocks = 2};
@@ -196,16 +199,16 @@ static void test_sizing(void **state) {
     assert_int_equal(v0.head_stride, 0);
     kv_pool_free(p);
 
-    /* Q8_0, 1 layer, 32 elements = 34 B/row, B 8: 544 B -> 576 (64-aligned) */
+    /* Q8_0, 1 layer, 32 elements = 34 B/row, B 8: 2 x 8 x 34 = 544 B, the formula exactly */
     q = (kv_pool_params){.n_layers = 1, .n_kv_heads = 1, .head_dim = 32, .type = KT_Q8_0, .block_size = 8,
-                         .max_ctx = 64, .budget_bytes = 576 * 3 - 1};
+                         .max_ctx = 64, .budget_bytes = 544 * 3 - 1};
     p = kv_pool_new(&q, &st);
     assert_non_null(p);
     s = stats(p);
-    assert_int_equal(s.bytes_per_block, 576);
+    assert_int_equal(s.bytes_per_block, 544);
     assert_int_equal(s.blocks_total, 2);
     kv_pool_free(p);
-    q.budget_bytes = 575; /* not one block */
+    q.budget_bytes = 543; /* not one block */
     assert_null(kv_pool_new(&q, &st));
     assert_int_equal(st.code, KVANT_ERR_ARG);
 
