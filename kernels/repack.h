@@ -233,14 +233,12 @@ void kern_matmul_packed_w8a8_tile(kern_pack_w8a8_tile_fn tile, const void *P, co
  * layouts and specs), reached through the entry points above: S24_A8 activations
  * (S24_Q8) or F32 ones (S24_F16), the tiles' kern_pack_tile_fn (ad, as unused: the
  * scales are in the S24_A8 blocks) */
-size_t kern_pack_s24_bytes(int64_t N, int64_t K);
 void kern_pack_s24(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1);
 void kern_unpack_s24_row(const void *P, int64_t K, int64_t n, void *row);
 /* position (0..3) of row r's kept value k (0..31) in packed block w */
 int kern_s24x8_pos(const uint8_t *w, int r, int k);
 void kern_pack_s24_tile_ref(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba);
 /* S24_F16: F32 activations as they are (a: C rows of floats, ba bytes apart) */
-size_t kern_pack_s24f16_bytes(int64_t N, int64_t K);
 void kern_pack_s24f16(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1);
 void kern_unpack_s24f16_row(const void *P, int64_t K, int64_t n, void *row);
 int kern_s24f16x8_pos(const uint8_t *w, int r, int k);

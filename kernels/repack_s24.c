@@ -55,27 +55,31 @@ static int ix_shift(int r, int k) { return 2 * (2 * ((k % 8) / 4) + r / 4); }
 
 int kern_s24x8_pos(const uint8_t *w, int r, int k) { return (w[ix_byte(r, k)] >> ix_shift(r, k)) & 3; }
 
-size_t kern_pack_s24_bytes(int64_t N, int64_t K) {
-    return (size_t)((N + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS) * (size_t)(K / QK_S24_Q8) * XB;
+/* Both types: groups [g0, g1) of W (N rows of nb blocks of sb bytes) into
+ * packed blocks of xb bytes, zeroed, then row(o, r, src) for each row the
+ * group has (missing rows of the last group stay all zero) */
+typedef void (*pack_row_fn)(uint8_t *o, int r, const void *src);
+static void pack_groups(const void *W, int64_t N, int64_t nb, size_t sb, size_t xb, void *dst, int64_t g0, int64_t g1,
+                        pack_row_fn row) {
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *o = (uint8_t *)dst + (size_t)g * (size_t)nb * xb;
+        for (int64_t b = 0; b < nb; b++, o += xb) {
+            memset(o, 0, xb);
+            for (int r = 0; r < KERN_PACK_ROWS && g * KERN_PACK_ROWS + r < N; r++)
+                row(o, r, (const uint8_t *)W + ((size_t)(g * KERN_PACK_ROWS + r) * (size_t)nb + (size_t)b) * sb);
+        }
+    }
+}
+
+static void q8_row(uint8_t *o, int r, const void *src) {
+    const block_s24_q8 *s = src;
+    memcpy(o + 2 * r, &s->d, 2);
+    for (int j = 0; j < 8; j++) memcpy(o + Q_AT + 32 * j + 4 * r, s->q + 4 * j, 4);
+    for (int k = 0; k < QK_S24_Q8 / 2; k++) o[ix_byte(r, k)] |= (uint8_t)(kern_s24q8_pos(s, k) << ix_shift(r, k));
 }
 
 void kern_pack_s24(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1) {
-    const int64_t nb = K / QK_S24_Q8;
-    for (int64_t g = g0; g < g1; g++) {
-        uint8_t *o = (uint8_t *)dst + (size_t)g * (size_t)nb * XB;
-        for (int64_t b = 0; b < nb; b++, o += XB) {
-            memset(o, 0, XB);
-            for (int r = 0; r < KERN_PACK_ROWS; r++) {
-                const int64_t n = g * KERN_PACK_ROWS + r;
-                if (n >= N) break; /* missing rows of the last group: all zero */
-                const block_s24_q8 *s = (const block_s24_q8 *)W + (size_t)n * (size_t)nb + b;
-                memcpy(o + 2 * r, &s->d, 2);
-                for (int j = 0; j < 8; j++) memcpy(o + Q_AT + 32 * j + 4 * r, s->q + 4 * j, 4);
-                for (int k = 0; k < QK_S24_Q8 / 2; k++)
-                    o[ix_byte(r, k)] |= (uint8_t)(kern_s24q8_pos(s, k) << ix_shift(r, k));
-            }
-        }
-    }
+    pack_groups(W, N, K / QK_S24_Q8, sizeof(block_s24_q8), XB, dst, g0, g1, q8_row);
 }
 
 void kern_unpack_s24_row(const void *P, int64_t K, int64_t n, void *row) {
@@ -163,30 +167,20 @@ int kern_s24f16x8_pos(const uint8_t *w, int r, int k) {
     return (int)(word >> (2 * (r + 8 * (k % 2)))) & 3;
 }
 
-size_t kern_pack_s24f16_bytes(int64_t N, int64_t K) {
-    return (size_t)((N + KERN_PACK_ROWS - 1) / KERN_PACK_ROWS) * (size_t)(K / QK_S24_F16) * XBF;
+static void f16_row(uint8_t *o, int r, const void *src) {
+    const block_s24_f16 *s = src;
+    for (int k = 0; k < QK_S24_F16 / 2; k++) {
+        const int sl = f16_slot(k);
+        uint32_t word;
+        memcpy(o + 2 * (KERN_PACK_ROWS * (size_t)k + (size_t)r), &s->v[sl], 2);
+        memcpy(&word, o + IXF_AT + 4 * (size_t)(k / 2), 4);
+        word |= ((s->idx >> (2 * sl)) & 3u) << (2 * (r + 8 * (k % 2)));
+        memcpy(o + IXF_AT + 4 * (size_t)(k / 2), &word, 4);
+    }
 }
 
 void kern_pack_s24f16(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1) {
-    const int64_t nb = K / QK_S24_F16;
-    for (int64_t g = g0; g < g1; g++) {
-        uint8_t *o = (uint8_t *)dst + (size_t)g * (size_t)nb * XBF;
-        for (int64_t b = 0; b < nb; b++, o += XBF) {
-            memset(o, 0, XBF);
-            uint32_t ix[8] = {0};
-            for (int r = 0; r < KERN_PACK_ROWS; r++) {
-                const int64_t n = g * KERN_PACK_ROWS + r;
-                if (n >= N) break; /* missing rows of the last group: all zero */
-                const block_s24_f16 *s = (const block_s24_f16 *)W + (size_t)n * (size_t)nb + b;
-                for (int k = 0; k < QK_S24_F16 / 2; k++) {
-                    const int sl = f16_slot(k);
-                    memcpy(o + 2 * (KERN_PACK_ROWS * (size_t)k + (size_t)r), &s->v[sl], 2);
-                    ix[k / 2] |= ((s->idx >> (2 * sl)) & 3u) << (2 * (r + 8 * (k % 2)));
-                }
-            }
-            memcpy(o + IXF_AT, ix, sizeof ix);
-        }
-    }
+    pack_groups(W, N, K / QK_S24_F16, sizeof(block_s24_f16), XBF, dst, g0, g1, f16_row);
 }
 
 void kern_unpack_s24f16_row(const void *P, int64_t K, int64_t n, void *row) {
