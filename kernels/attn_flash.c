@@ -353,9 +353,10 @@ static inline void prefetch_run(const uint8_t *p, size_t n, bool l2) {
         for (size_t o = 0; o < n + skew; o += 64) __builtin_prefetch(p - skew + o);
 }
 
-/* ask for head hk's K and V runs of positions [p0, p0 + n) of an in-place
- * tile (j->in_place), block by block, into L2 or L1 (prefetch_run) */
-static void prefetch_tile(const flash_job *j, int hk, int p0, int n, bool l2) {
+/* ask for head hk's K (what & 1) and V (what & 2) runs of positions
+ * [p0, p0 + n) of an in-place tile (j->in_place), block by block, into L2
+ * or L1 (prefetch_run) */
+static void prefetch_tile_kv(const flash_job *j, int hk, int p0, int n, bool l2, int what) {
     const kern_kv_view *kv = j->kv;
     int64_t e0;
     const size_t hoff = kern_kv_head_offset(kv, hk, j->d->D, &e0);
@@ -364,11 +365,12 @@ static void prefetch_tile(const flash_job *j, int hk, int p0, int n, bool l2) {
     for (int jj = 0; jj < n;) {
         const int p = p0 + jj, slot = p % kv->block_size;
         const int cnt = kv->block_size - slot < n - jj ? kv->block_size - slot : n - jj;
-        prefetch_run(view_row(kv, kv->k_base, p) + hb, (size_t)cnt * kbytes, l2);
-        prefetch_run(view_row(kv, kv->v_base, p) + hv, (size_t)cnt * vbytes, l2);
+        if (what & 1) prefetch_run(view_row(kv, kv->k_base, p) + hb, (size_t)cnt * kbytes, l2);
+        if (what & 2) prefetch_run(view_row(kv, kv->v_base, p) + hv, (size_t)cnt * vbytes, l2);
         jj += cnt;
     }
 }
+static void prefetch_tile(const flash_job *j, int hk, int p0, int n, bool l2) { prefetch_tile_kv(j, hk, p0, n, l2, 3); }
 
 /* kp[jj] = K row p0+jj (rotated when rope_k), the zero row for n <= jj <
  * nc; vp[jj] = V row p0+jj.  In place for F32 / F16 rows when D % 8 == 0,
@@ -479,9 +481,12 @@ static void range_start(int R, int Dp, float *m, float *l, float *A) {
 /* One tile [p0, p0 + n) of the online softmax of the unit's rows (queries
  * t0 .. t1-1 of KV head hk, scaled in Qs): load it, then S = Qs . K^T,
  * per row m, l and A brought up to date (see the top), A += S . V.  A row
- * whose query sees nothing of the range keeps m = -inf, l = 0, A = 0. */
+ * whose query sees nothing of the range keeps m = -inf, l = 0, A = 0.
+ * nx: NULL, or the next step's {head, p0, n} (split_item), whose K runs
+ * are asked for into L2 before these scores and its V runs before this
+ * P.V: two bursts of half the lines, each while the step computes. */
 static void range_tile(const flash_job *j, float *sc, const float *Qs, int t0, int t1, int hk, int p0, int n,
-                       int first, float *m, float *l, float *A) {
+                       int first, float *m, float *l, float *A, const int *nx) {
     const kern_attn_dims *dm = j->d;
     const flash_layout *L = &j->L;
     const attn_flash_ops *ops = j->ops;
@@ -494,6 +499,7 @@ static void range_tile(const flash_job *j, float *sc, const float *Qs, int t0, i
     const int t_first = p0 - dm->q_pos0 > t0 ? p0 - dm->q_pos0 : t0;
     if (t_first >= t1) return; /* no query of the unit reaches this tile */
     const int r0 = (t_first - t0) * G;
+    if (nx) prefetch_tile_kv(j, nx[0], nx[1], nx[2], true, 1);
     if (j->f16_k)
         ops->scores_rows_f16(R - r0, Dp, nc, Qs + (size_t)r0 * Dp, Dp, (const uint16_t *const *)(sc + L->kp),
                              S + (size_t)r0 * TP, TP);
@@ -522,6 +528,7 @@ static void range_tile(const flash_job *j, float *sc, const float *Qs, int t0, i
         }
         l[r] += ops->row_exp2(sr, nv, nc, m[r]);
     }
+    if (nx) prefetch_tile_kv(j, nx[0], nx[1], nx[2], true, 2);
     if (j->f16_v)
         ops->pv_f16(R - r0, Dp, n, S + (size_t)r0 * TP, TP, (const uint16_t *const *)(sc + L->vp), A + (size_t)r0 * Dp,
                     Dp);
@@ -537,7 +544,7 @@ static void unit_range(const flash_job *j, float *sc, int t0, int t1, int hk, in
     range_start((t1 - t0) * j->L.G, j->L.Dp, m, l, A);
     const int first = kern_attn_first_pos(j->d, j->d->q_pos0 + t0);
     for (int p0 = ps; p0 < pe; p0 += j->L.tile)
-        range_tile(j, sc, sc + j->L.qs, t0, t1, hk, p0, pe - p0 < j->L.tile ? pe - p0 : j->L.tile, first, m, l, A);
+        range_tile(j, sc, sc + j->L.qs, t0, t1, hk, p0, pe - p0 < j->L.tile ? pe - p0 : j->L.tile, first, m, l, A, NULL);
 }
 
 /* Folds one chunk's partial (m, l, A: unit_range's) into the running
@@ -658,12 +665,19 @@ static void split_item(const flash_job *j, float *sc, int i) {
              * asked for while this one computes (a step ahead: on Zen 4
              * stories110M's attention at depth 8192 in 1003-1045 us per
              * layer against 1100-1148, the MQA shape 714-795 against
-             * 770-799; kvant-kernels --attn -t 2 --layers 12).  On the
-             * Intel Xeon a next-tile L2 prefetch measured 25% slower. */
+             * 770-799; kvant-kernels --attn -t 2 --layers 12), its K
+             * before the scores and its V before P.V (range_tile's nx)
+             * rather than all 256 lines at once: 779-1025 us against
+             * 937-1150, and kvant bench -d 8192 of stories110M 76-78 t/s
+             * against 58-64, alternating (the burst overran the miss
+             * queues: a second prefetch of the same tile still helped).
+             * On the Intel Xeon a next-tile L2 prefetch measured 25%
+             * slower. */
             const int nh = hk + 1 < hk1 ? hk + 1 : hk0, np0 = hk + 1 < hk1 ? p0 : p0 + j->L.tile;
-            if (ahead && np0 < b) prefetch_tile(j, nh, np0, b - np0 < j->L.tile ? b - np0 : j->L.tile, true);
+            const int nx[3] = {nh, np0, b - np0 < j->L.tile ? b - np0 : j->L.tile};
             range_tile(j, sc, Qg + (size_t)(hk - hk0) * qh, 0, j->d->T, hk, p0,
-                       b - p0 < j->L.tile ? b - p0 : j->L.tile, first, slot, slot + lo, slot + ao);
+                       b - p0 < j->L.tile ? b - p0 : j->L.tile, first, slot, slot + lo, slot + ao,
+                       ahead && np0 < b ? nx : NULL);
         }
 }
 
