@@ -27,6 +27,16 @@ typedef struct {
     uint16_t src, bytes, chunk, dst;
 } pack_field;
 
+/* a layout that is not chunked fields (the 2:4 types, kernels/repack_s24.c):
+ * its own packing, unpacking and reference tile */
+typedef struct {
+    void (*pack)(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1);
+    void (*unpack)(const void *P, int64_t K, int64_t n, void *row);
+    void (*tile_ref)(int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba);
+} pack_own;
+static const pack_own OWN_S24_Q8 = {kern_pack_s24, kern_unpack_s24_row, kern_pack_s24_tile_ref};
+static const pack_own OWN_S24_F16 = {kern_pack_s24f16, kern_unpack_s24f16_row, kern_pack_s24f16_tile_ref};
+
 typedef struct {
     int wtype, atype; /* weights, activations (the type's vec_dot_type) */
     int64_t qk;       /* elements per block */
@@ -37,6 +47,7 @@ typedef struct {
     /* NULL, or the file's block <-> the canonical block the fields read */
     void (*canon)(const uint8_t *b, size_t sb, uint8_t *c);
     void (*uncanon)(const uint8_t *c, size_t sb, uint8_t *b);
+    const pack_own *own; /* NULL: the fields above */
 } pack_desc;
 
 /* Q4_K canonical block: d @0, dmin @2, sc[8] @4, m[8] @12, qs[128] @20;
@@ -137,8 +148,8 @@ static const pack_desc DESCS[] = {
     {KT_Q6_K, KT_Q8_K, QK_K, 1680, 0, 4,
      {{208, 2, 2, 0}, {192, 16, 1, 16}, {0, 128, 4, 144}, {128, 64, 4, 1168}}, NULL, NULL},
     /* 2:4 sparse: its layout is not chunked fields (kernels/repack_s24.c packs it) */
-    {KT_S24_Q8, KT_S24_A8, QK_S24_Q8, 336, 0, 0, {{0, 0, 0, 0}}, NULL, NULL},
-    {KT_S24_F16, KT_F32, QK_S24_F16, 288, 0, 0, {{0, 0, 0, 0}}, NULL, NULL}, /* F32 activations as they are */
+    {KT_S24_Q8, KT_S24_A8, QK_S24_Q8, 336, 0, 0, {{0, 0, 0, 0}}, NULL, NULL, &OWN_S24_Q8},
+    {KT_S24_F16, KT_F32, QK_S24_F16, 288, 0, 0, {{0, 0, 0, 0}}, NULL, NULL, &OWN_S24_F16}, /* F32 activations as they are */
 };
 static_assert(offsetof(block_q2_K, qs) == 16 && offsetof(block_q2_K, d) == 80 && offsetof(block_q2_K, dmin) == 82,
               "block_q2_K layout");
@@ -191,12 +202,12 @@ void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_
         kern_pack_w8a8(W, N, K, dst, g0, g1);
         return;
     }
-    if (wtype == KT_S24_Q8 || wtype == KT_S24_F16) {
-        (wtype == KT_S24_Q8 ? kern_pack_s24 : kern_pack_s24f16)(W, N, K, dst, g0, g1);
-        return;
-    }
     const pack_desc *D = desc_of(wtype);
     CORE_ASSERT(D && K % D->qk == 0);
+    if (D->own) {
+        D->own->pack(W, N, K, dst, g0, g1);
+        return;
+    }
     const int64_t nb = K / D->qk;
     const size_t sb = kern_type_get(wtype)->type_size, row = (size_t)nb * sb;
     uint8_t canon[K5C_BYTES];
@@ -239,13 +250,12 @@ void kern_unpack_row(const void *P, int wtype, int64_t N, int64_t K, int64_t n, 
         kern_unpack_w8a8_row(P, K, n, rowp);
         return;
     }
-    if (wtype == KT_S24_Q8 || wtype == KT_S24_F16) {
-        CORE_ASSERT(n >= 0 && n < N && K % kern_type_get(wtype)->block_size == 0);
-        (wtype == KT_S24_Q8 ? kern_unpack_s24_row : kern_unpack_s24f16_row)(P, K, n, rowp);
-        return;
-    }
     const pack_desc *D = desc_of(wtype);
     CORE_ASSERT(D && K % D->qk == 0 && n >= 0 && n < N);
+    if (D->own) {
+        D->own->unpack(P, K, n, rowp);
+        return;
+    }
     const int64_t nb = K / D->qk, g = n / KERN_PACK_ROWS;
     const size_t r = (size_t)(n % KERN_PACK_ROWS), sb = kern_type_get(wtype)->type_size;
     const uint8_t *o = (const uint8_t *)P + (size_t)g * (size_t)nb * D->xb;
@@ -366,8 +376,8 @@ static float out_ref(const pack_desc *D, int64_t nb, int r, const uint8_t *w, co
 
 static void tile_ref(const pack_desc *D, int64_t nb, int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a,
                      size_t ba) {
-    if (D->wtype == KT_S24_Q8 || D->wtype == KT_S24_F16) {
-        (D->wtype == KT_S24_Q8 ? kern_pack_s24_tile_ref : kern_pack_s24f16_tile_ref)(nb, C, y, ldy, w, a, ba);
+    if (D->own) {
+        D->own->tile_ref(nb, C, y, ldy, w, a, ba);
         return;
     }
     for (int c = 0; c < C; c++)
