@@ -392,6 +392,14 @@ bool chat_json_is_str(const chat_json *v, const char *s) {
 }
 
 /* ---- writers --------------------------------------------------------------------- */
+/* the code point of a surrogate in raw bytes (ED A0..BF 80..BF: WTF-8 / CESU-8) at s, else 0 */
+static unsigned raw_surrogate(const char *s, size_t n) {
+    if (n < 3 || (unsigned char)s[0] != 0xED || ((unsigned char)s[1] & 0xE0) != 0xA0 ||
+        ((unsigned char)s[2] & 0xC0) != 0x80)
+        return 0;
+    return 0xD000u | ((unsigned)((unsigned char)s[1] & 0x3F) << 6) | ((unsigned char)s[2] & 0x3F);
+}
+
 void chat_json_put_str(chat_buf *b, const char *s, size_t n) {
     static const char hex[] = "0123456789abcdef";
     chat_buf_putn(b, "\"", 1);
@@ -408,20 +416,27 @@ void chat_json_put_str(chat_buf *b, const char *s, size_t n) {
         case '\n': memcpy(esc, "\\n", en = 2); break;
         case '\r': memcpy(esc, "\\r", en = 2); break;
         case '\t': memcpy(esc, "\\t", en = 2); break;
-        default:
+        default: {
+            const unsigned cp = c == 0xED ? raw_surrogate(s + i, n - i) : 0; /* a surrogate (WTF-8) */
             if (c < 0x20) {
                 memcpy(esc, "\\u00", 4);
                 esc[4] = hex[c >> 4], esc[5] = hex[c & 15];
                 en = 6;
-            } else if (c == 0xED && i + 2 < n && ((unsigned char)s[i + 1] & 0xE0) == 0xA0 &&
-                       ((unsigned char)s[i + 2] & 0xC0) == 0x80) { /* a lone surrogate (WTF-8) */
-                const unsigned cp = 0xD000u | ((unsigned)((unsigned char)s[i + 1] & 0x3F) << 6) |
-                                    ((unsigned char)s[i + 2] & 0x3F);
-                memcpy(esc, "\\u", 2);
-                for (int k = 0; k < 4; k++) esc[2 + k] = hex[(cp >> (12 - 4 * k)) & 15];
-                en = 6;
-                skip = 2;
+            } else if (cp) {
+                const unsigned next = cp < 0xDC00 ? raw_surrogate(s + i + 3, n - i - 3) : 0,
+                               lo = next >= 0xDC00 ? next : 0;
+                if (lo) { /* a high one and a low one in raw bytes (CESU-8) are one
+                           * character, as the escaped pair is: written as its UTF-8 */
+                    en = put_utf8((unsigned char *)esc, 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00));
+                    skip = 5;
+                } else { /* a lone one: escaped, as JSON.stringify does */
+                    memcpy(esc, "\\u", 2);
+                    for (int k = 0; k < 4; k++) esc[2 + k] = hex[(cp >> (12 - 4 * k)) & 15];
+                    en = 6;
+                    skip = 2;
+                }
             }
+        }
         }
         if (!en) {
             run++;

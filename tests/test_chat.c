@@ -581,6 +581,11 @@ static void test_json(void **state) {
     /* strings: JSON.stringify's escapes, UTF-8 as it is, a lone surrogate escaped */
     expect_json("\"a\\\"b\\\\c\\/d\\n\\t\\u0001\\u00e9\\ud83d\\ude00\\ud800x\x7f\"", 0,
                 "\"a\\\"b\\\\c/d\\n\\t\\u0001\xc3\xa9\xf0\x9f\x98\x80\\ud800x\x7f\"", NULL);
+    /* a surrogate pair in raw bytes (CESU-8, or a lone escaped high one before a raw low one) is the
+     * character its escaped pair is, so what compact writes reads back to itself (found by fuzz/json.c) */
+    expect_json("\"\xed\xa0\xbd\xed\xb8\x80|\\ud83d\xed\xb8\x80|\xed\xb8\x80\xed\xa0\xbd\"", 0,
+                "\"\xf0\x9f\x98\x80|\xf0\x9f\x98\x80|\\ude00\\ud83d\"",
+                "\"\xf0\x9f\x98\x80|\xf0\x9f\x98\x80|\\ude00\\ud83d\"");
     /* members: array-index keys first (ascending), a repeated key keeps its place with its last value */
     expect_json("{\"b\": 1, \"10\": 2, \"a\": [], \"2\": {}, \"01\": 3, \"b\": 4}", 0,
                 "{\"2\": {}, \"10\": 2, \"b\": 4, \"a\": [], \"01\": 3}", "{\"b\":4,\"10\":2,\"a\":[],\"2\":{},\"01\":3}");
