@@ -50,7 +50,7 @@ static enum MHD_Result send_json(conn_ctx *x, struct MHD_Connection *c, unsigned
     return send_text(x, c, status, "application/json", body, NULL);
 }
 
-static enum MHD_Result send_error(srv *s, conn_ctx *x, struct MHD_Connection *c, unsigned status, const char *type,
+__attribute__((format(printf, 8, 9))) static enum MHD_Result send_error(srv *s, conn_ctx *x, struct MHD_Connection *c, unsigned status, const char *type,
                                   const char *param, const char *code, const char *fmt, ...) {
     char msg[512];
     va_list ap;

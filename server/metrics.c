@@ -44,7 +44,7 @@ typedef struct {
     int oom;
 } obuf;
 
-static void outf(obuf *o, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) static void outf(obuf *o, const char *fmt, ...) {
     if (o->oom) return;
     for (;;) {
         va_list ap;

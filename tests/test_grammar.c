@@ -883,8 +883,8 @@ static void test_schema_refused(void **state) {
             fail_msg("'%s': code %d message '%s', expected %d '%s'", bad[i].schema, st.code, st.msg, bad[i].code, bad[i].msg);
     }
     /* annotations and x- keywords are ignored; empty / NULL / "true": any value */
-    static const char *const fine[] = {"{\"title\":\"t\",\"description\":\"d\",\"default\":1,\"examples\":[1],\"$schema\":"
-                                       "\"https://json-schema.org/draft/2020-12/schema\",\"x-order\":3,\"type\":\"integer\"}",
+    static const char *const fine[] = {("{\"title\":\"t\",\"description\":\"d\",\"default\":1,\"examples\":[1],\"$schema\":"
+                                        "\"https://json-schema.org/draft/2020-12/schema\",\"x-order\":3,\"type\":\"integer\"}"),
                                        "", "  ", "true", "{\"type\":\"array\",\"uniqueItems\":false}",
                                        "{\"allOf\":[{\"type\":\"string\"}]}",
                                        "{\"type\":\"integer\",\"minimum\":3,\"exclusiveMinimum\":true}"};

@@ -382,7 +382,7 @@ static void test_spm_ties(void **state) {
 
 static void test_bpe_ranks(void **state) {
     (void)state;
-    static const char *const toks[] = {"a", "b", "ab", "ba", "\xc4\xa0", "\xc4\xa0" "a"};
+    static const char *const toks[] = {"a", "b", "ab", "ba", "\xc4\xa0", ("\xc4\xa0" "a")};
     static const char *const m1[] = {"a b", "b a", "\xc4\xa0 a"};
     static const char *const m2[] = {"b a", "a b"};
     kvant_status st = {0};

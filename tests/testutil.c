@@ -6,15 +6,24 @@
 #include <string.h>
 #include <sys/wait.h>
 
+/* The path helpers return one of 8 buffers in turn, so a call may pass
+ * several of them to one function: the order the compiler evaluates
+ * arguments in (gcc and clang differ) cannot make two the same buffer. */
+static char *path_buf(void) {
+    static char bufs[8][4096];
+    static int next;
+    return bufs[next++ & 7];
+}
+
 const char *shared_path(const char *rel) {
-    static char buf[4096];
-    snprintf(buf, sizeof buf, "%s/%s", KVANT_SHARED_DIR, rel);
+    char *buf = path_buf();
+    snprintf(buf, 4096, "%s/%s", KVANT_SHARED_DIR, rel);
     return buf;
 }
 
 const char *tmp_path(const char *name) {
-    static char buf[4096];
-    snprintf(buf, sizeof buf, "%s/%s", KVANT_TEST_TMP, name);
+    char *buf = path_buf();
+    snprintf(buf, 4096, "%s/%s", KVANT_TEST_TMP, name);
     return buf;
 }
 

@@ -10,9 +10,9 @@
 
 #include "kvant.h"
 
-/* "<shared>/rel" in a static buffer (one at a time) */
+/* "<shared>/rel" in one of 8 static buffers used in turn (up to 8 at a time) */
 const char *shared_path(const char *rel);
-/* "<build>/tests/tmp/name" in a static buffer */
+/* "<build>/tests/tmp/name", from the same 8 buffers */
 const char *tmp_path(const char *name);
 /* Reads a whole file (malloc'd, NUL-terminated); fails the test if absent. */
 char *read_file(const char *path, size_t *size);
