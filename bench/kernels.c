@@ -229,7 +229,7 @@ static void attn_bench(int reps) {
  * Shapes: stories110M (12 heads, MHA), tinyllama (32 query heads on 4 KV
  * heads) and an MQA head (8 on 1, gemma3-1b's KV layout), where only the
  * chunk split (flash-decoding) lets two threads share the work. */
-static void attn_depth_bench(int threads, int reps, int P, int L, int tile) {
+static void attn_depth_bench(int threads, int reps, int P, int L, int tile, const char *only) {
     enum { B = 16 };
     const int shapes[][3] = {{12, 12, 64}, {32, 4, 64}, {8, 1, 256}}; /* H, Hkv, D */
     const char *names[] = {"stories110M (12/12 x 64)", "tinyllama (32/4 x 64)", "MQA (8/1 x 256)"};
@@ -237,6 +237,7 @@ static void attn_depth_bench(int threads, int reps, int P, int L, int tile) {
            "| shape | threads | us per layer | K/V GB/s | split calls |\n|---|--:|--:|--:|--:|\n", P, L);
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         const int H = shapes[si][0], Hkv = shapes[si][1], D = shapes[si][2];
+        if (only && strncmp(names[si], only, strlen(only))) continue;
         kvant_status st;
         const kv_pool_params pp = {.n_layers = L, .n_kv_heads = Hkv, .head_dim = D, .type = KT_F16, .block_size = B,
                                    .n_blocks = P / B + 1, .max_ctx = P + B, .max_seqs = 1};
@@ -290,6 +291,7 @@ static void attn_depth_bench(int threads, int reps, int P, int L, int tile) {
 
 int main(int argc, char **argv) {
     int threads = 2, reps = 5, depth = 8192, layers = 4, tile = 0;
+    const char *shape = NULL;
     bool attn = false, peak = false;
     const char *types_arg = "F16,Q8_0,Q4_0,Q4_K,Q6_K";
     for (int i = 1; i < argc; i++) {
@@ -300,10 +302,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--depth") && i + 1 < argc) depth = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--layers") && i + 1 < argc) layers = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tile") && i + 1 < argc) tile = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
         else if (!strcmp(argv[i], "--peak")) peak = true;
         else {
             fprintf(stderr, "usage: kvant-kernels [-t THREADS] [-r REPS] [--peak] [--types F16,Q8_0,Q4_0,Q4_K,Q6_K]\n"
-                            "       kvant-kernels --attn [-t THREADS] [-r REPS] [--depth 8192] [--layers 4] [--tile 0 = default]\n");
+                            "       kvant-kernels --attn [-t THREADS] [-r REPS] [--depth 8192] [--layers 4] [--tile 0 = default]\n"
+                            "                     [--shape stories110M|tinyllama|MQA]\n");
             return 2;
         }
     }
@@ -312,8 +316,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (attn) {
-        attn_bench(reps);
-        attn_depth_bench(threads, reps, depth, layers, tile);
+        if (!shape) attn_bench(reps);
+        attn_depth_bench(threads, reps, depth, layers, tile, shape);
         return 0;
     }
     core_pool *pool = core_pool_new(threads);

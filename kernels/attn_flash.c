@@ -83,6 +83,12 @@
 #define FLASH_TILE_DEFAULT 64
 #define FLASH_CHUNK_TILES 8 /* default KV chunk: 8 tiles (512 positions) */
 #define FLASH_ROWS 128 /* query rows per unit to aim for (Tq = FLASH_ROWS / G) */
+/* keys per slice of a step's products when the next step's runs are
+ * prefetched while it computes (range_tile's nx); chosen on Zen 4 (2
+ * threads, kvant bench -d 8192, alternating): stories110M Q8_0 90-93 t/s
+ * with slices of 16 against 70-79 with the runs asked for in two bursts,
+ * 80-88 with slices of 8, 81-90 with 32 */
+#define FLASH_SLICE 16
 
 /* ---- portable C inner loops ----------------------------------------------
  * Written with GNU C vector types of 4 floats (one SSE register on baseline
@@ -372,6 +378,13 @@ static void prefetch_tile_kv(const flash_job *j, int hk, int p0, int n, bool l2,
 }
 static void prefetch_tile(const flash_job *j, int hk, int p0, int n, bool l2) { prefetch_tile_kv(j, hk, p0, n, l2, 3); }
 
+/* share k of ns (the positions nx[2] k / ns .. nx[2] (k + 1) / ns) of the
+ * next step nx = {head, p0, n}: its K (what 1) or V (what 2) runs, into L2 */
+static void prefetch_share(const flash_job *j, const int *nx, int k, int ns, int what) {
+    const int a = nx[2] * k / ns, b = nx[2] * (k + 1) / ns;
+    if (b > a) prefetch_tile_kv(j, nx[0], nx[1] + a, b - a, true, what);
+}
+
 /* kp[jj] = K row p0+jj (rotated when rope_k), the zero row for n <= jj <
  * nc; vp[jj] = V row p0+jj.  In place for F32 / F16 rows when D % 8 == 0,
  * else dequantized into Kd / Vs and zero-padded to Dp */
@@ -408,7 +421,7 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
             const uint8_t *kb = view_row(kv, kv->k_base, p) + hb, *vb = view_row(kv, kv->v_base, p) + hv;
             for (int i = 0; i < cnt; i++, jj++) {
                 kp[jj] = (const float *)(kb + (size_t)i * kbytes);
-                vp[jj] = (const float *)(vb + (size_t)i * kbytes);
+                vp[jj] = (const float *)(vb + (size_t)i * vbytes);
             }
         }
         for (jj = n; jj < nc; jj++) kp[jj] = sc + L->kz;
@@ -483,8 +496,10 @@ static void range_start(int R, int Dp, float *m, float *l, float *A) {
  * per row m, l and A brought up to date (see the top), A += S . V.  A row
  * whose query sees nothing of the range keeps m = -inf, l = 0, A = 0.
  * nx: NULL, or the next step's {head, p0, n} (split_item), whose K runs
- * are asked for into L2 before these scores and its V runs before this
- * P.V: two bursts of half the lines, each while the step computes. */
+ * are asked for into L2 while these scores are computed and its V runs
+ * while this P.V is: the products run in slices of FLASH_SLICE keys, each
+ * after its share of the runs (prefetch_share), so the requests come at
+ * the pace the lines are used, never as a burst. */
 static void range_tile(const flash_job *j, float *sc, const float *Qs, int t0, int t1, int hk, int p0, int n,
                        int first, float *m, float *l, float *A, const int *nx) {
     const kern_attn_dims *dm = j->d;
@@ -499,13 +514,19 @@ static void range_tile(const flash_job *j, float *sc, const float *Qs, int t0, i
     const int t_first = p0 - dm->q_pos0 > t0 ? p0 - dm->q_pos0 : t0;
     if (t_first >= t1) return; /* no query of the unit reaches this tile */
     const int r0 = (t_first - t0) * G;
-    if (nx) prefetch_tile_kv(j, nx[0], nx[1], nx[2], true, 1);
-    if (j->f16_k)
-        ops->scores_rows_f16(R - r0, Dp, nc, Qs + (size_t)r0 * Dp, Dp, (const uint16_t *const *)(sc + L->kp),
-                             S + (size_t)r0 * TP, TP);
-    else
-        ops->scores_rows(R - r0, Dp, nc, Qs + (size_t)r0 * Dp, Dp, (const float *const *)(sc + L->kp),
-                         S + (size_t)r0 * TP, TP);
+    /* S = Qs . K^T, in slices of FLASH_SLICE keys when the next step's K
+     * runs are to be asked for (each slice after its share) */
+    const int sl = nx ? FLASH_SLICE : nc, ns = (nc + sl - 1) / sl;
+    for (int s0 = 0, k = 0; s0 < nc; s0 += sl, k++) {
+        const int w = nc - s0 < sl ? nc - s0 : sl;
+        if (nx) prefetch_share(j, nx, k, ns, 1);
+        if (j->f16_k)
+            ops->scores_rows_f16(R - r0, Dp, w, Qs + (size_t)r0 * Dp, Dp, (const uint16_t *const *)(sc + L->kp) + s0,
+                                 S + (size_t)r0 * TP + s0, TP);
+        else
+            ops->scores_rows(R - r0, Dp, w, Qs + (size_t)r0 * Dp, Dp, (const float *const *)(sc + L->kp) + s0,
+                             S + (size_t)r0 * TP + s0, TP);
+    }
     for (int r = r0; r < R; r++) {
         const int t = t0 + r / G;
         const int nv = dm->q_pos0 + t - p0 + 1 < n ? dm->q_pos0 + t - p0 + 1 : n; /* causal part */
@@ -528,12 +549,20 @@ static void range_tile(const flash_job *j, float *sc, const float *Qs, int t0, i
         }
         l[r] += ops->row_exp2(sr, nv, nc, m[r]);
     }
-    if (nx) prefetch_tile_kv(j, nx[0], nx[1], nx[2], true, 2);
-    if (j->f16_v)
-        ops->pv_f16(R - r0, Dp, n, S + (size_t)r0 * TP, TP, (const uint16_t *const *)(sc + L->vp), A + (size_t)r0 * Dp,
-                    Dp);
-    else
-        ops->pv(R - r0, Dp, n, S + (size_t)r0 * TP, TP, (const float *const *)(sc + L->vp), A + (size_t)r0 * Dp, Dp);
+    /* A += S . V, in slices of positions likewise with the next step's V
+     * runs (A is stored between slices: each output stays one FMA chain
+     * over j in order) */
+    const int nv_s = (n + sl - 1) / sl;
+    for (int s0 = 0, k = 0; s0 < n; s0 += sl, k++) {
+        const int w = n - s0 < sl ? n - s0 : sl;
+        if (nx) prefetch_share(j, nx, k, nv_s, 2);
+        if (j->f16_v)
+            ops->pv_f16(R - r0, Dp, w, S + (size_t)r0 * TP + s0, TP, (const uint16_t *const *)(sc + L->vp) + s0,
+                        A + (size_t)r0 * Dp, Dp);
+        else
+            ops->pv(R - r0, Dp, w, S + (size_t)r0 * TP + s0, TP, (const float *const *)(sc + L->vp) + s0,
+                    A + (size_t)r0 * Dp, Dp);
+    }
 }
 
 /* The online softmax of the unit's rows (queries in Qs) over the tiles of
@@ -666,13 +695,15 @@ static void split_item(const flash_job *j, float *sc, int i) {
              * stories110M's attention at depth 8192 in 1003-1045 us per
              * layer against 1100-1148, the MQA shape 714-795 against
              * 770-799; kvant-kernels --attn -t 2 --layers 12), its K
-             * before the scores and its V before P.V (range_tile's nx)
-             * rather than all 256 lines at once: 779-1025 us against
-             * 937-1150, and kvant bench -d 8192 of stories110M 76-78 t/s
-             * against 58-64, alternating (the burst overran the miss
-             * queues: a second prefetch of the same tile still helped).
-             * On the Intel Xeon a next-tile L2 prefetch measured 25%
-             * slower. */
+             * during the scores and its V during P.V, a share per slice
+             * of FLASH_SLICE keys (range_tile's nx), rather than all 256
+             * lines at once (779-1025 us against 937-1150, and kvant
+             * bench -d 8192 of stories110M 76-78 t/s against 58-64,
+             * alternating, with one burst per product; 94-95 against
+             * 77-85 with the slices: bursts overran the miss queues).
+             * The tile's own prefetch in load_tile stays: without it
+             * 72-85 t/s against 90-92.  On the Intel Xeon a next-tile L2
+             * prefetch measured 25% slower. */
             const int nh = hk + 1 < hk1 ? hk + 1 : hk0, np0 = hk + 1 < hk1 ? p0 : p0 + j->L.tile;
             const int nx[3] = {nh, np0, b - np0 < j->L.tile ? b - np0 : j->L.tile};
             range_tile(j, sc, Qg + (size_t)(hk - hk0) * qh, 0, j->d->T, hk, p0,
