@@ -41,6 +41,7 @@
 
 static kern_type_ops g_ops[KERN_TIER_COUNT][KT_KVANT_END]; /* indexed by type number */
 static kern_tier g_best = KERN_TIER_SCALAR;
+static bool g_bf16; /* AVX512_BF16, and the avx512 tier runs */
 static atomic_int g_active = KERN_TIER_SCALAR;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -156,7 +157,7 @@ static void report_fill(void) {
              (unsigned long long)x, (x & XCR0_AVX) == XCR0_AVX ? "on" : "off",
              (x & XCR0_AVX512) == XCR0_AVX512 ? "on" : "off", amx, kern_tier_name(best),
              best >= KERN_TIER_AVX512 && kern_zmm_halved()
-                 ? " (512-bit ops in two halves: F16/BF16 prefill on the AVX2 tile; decode prefetches into L2)"
+                 ? " (512-bit ops in two halves: F16 prefill on the AVX2 tile; decode prefetches into L2)"
                  : "");
 #else
     snprintf(g_report, sizeof g_report, "not x86-64; best tier %s", kern_tier_name(best));
@@ -188,6 +189,7 @@ static void init(void) {
     }
     bool has_bf16;
     g_best = detect(&has_bf16);
+    g_bf16 = has_bf16;
     for (int tier = KERN_TIER_SCALAR; tier <= (int)g_best; tier++) {
         memcpy(g_ops[tier], g_ops[tier - 1], sizeof g_ops[tier]);
         if (tier == KERN_TIER_SCALAR) kern_tier_scalar_install(g_ops[tier]);
@@ -213,6 +215,7 @@ static void init(void) {
 static void ready(void) { pthread_once(&g_once, init); }
 
 kern_tier kern_best_tier(void) { ready(); return g_best; }
+bool kern_has_avx512_bf16(void) { ready(); return g_bf16; }
 kern_tier kern_active_tier(void) { ready(); return (kern_tier)atomic_load_explicit(&g_active, memory_order_relaxed); }
 
 const kern_type_ops *kern_ops_tier(int t, kern_tier tier) {

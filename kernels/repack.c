@@ -577,21 +577,14 @@ void kern_matmul_packed(core_pool *pool, void *scratch, const void *P, int wtype
 
 void kern_matmul_packed_n(core_pool *pool, void *scratch, int wtype, const kern_packed_out *out, int n_out,
                           const float *x, int T, int64_t K) {
-    if (wtype == KT_F16) /* F16 rounds the activations in its own prep; one call each */
-        for (int i = 0; i < n_out; i++) kern_matmul_packed_f16(pool, scratch, out[i].P, x, out[i].y, T, out[i].N, K);
-    else if (wtype == KT_BF16) /* F32 activations, nothing to share */
-        for (int i = 0; i < n_out; i++) kern_matmul_packed_bf16(pool, out[i].P, x, out[i].y, T, out[i].N, K);
+    if (is_16bit(wtype)) kern_matmul_packed_f16_n(pool, scratch, wtype, out, n_out, x, T, K); /* its own rounding */
     else if (wtype == KT_W8A8 || wtype == KT_LLM_INT8) kern_matmul_packed_w8a8_n(pool, scratch, out, n_out, x, T, K, NULL);
     else run(pool, scratch, wtype, out, n_out, x, T, K, false, NULL, NULL);
 }
 
 void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, int T, int64_t N, int64_t K) {
-    if (wtype == KT_F16) {
-        kern_matmul_packed_f16_ref(P, x, y, T, N, K);
-        return;
-    }
-    if (wtype == KT_BF16) {
-        kern_matmul_packed_bf16_ref(P, x, y, T, N, K);
+    if (is_16bit(wtype)) {
+        kern_matmul_packed_f16_ref(P, wtype, x, y, T, N, K);
         return;
     }
     if (wtype == KT_W8A8 || wtype == KT_LLM_INT8) {

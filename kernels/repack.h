@@ -48,7 +48,8 @@
  *       kernels/quants_k.h)
  *   F16x8 (the file's size): element k of the 8 rows side by side at
  *       [k][r]; its own tile and spec (float FMAs, kernels/repack_f16.c)
- *   BF16x8: as F16x8 (BF16 values; F32 activations, kernels/repack_f16.c)
+ *   BF16x8: as F16x8 (BF16 values; BF16-rounded activations and vdpbf16ps's
+ *       arithmetic, kernels/repack_f16.c)
  *   S24_Q8x8 (336 bytes = the file's 8 x 42), S24_F16x8 (288 = 8 x 36): their
  *       own layouts and specs (kernels/repack_s24.c; S24_A8 / F32 activations)
  * The Q4_0 / Q4_1 / Q8_0 / Q2_K / Q6_K packed bytes are a permutation of
@@ -171,26 +172,28 @@ void kern_pack_quant_q8_k_avx2(const float *x, void *y, int64_t n);
 
 /* ---- private to kernels/: F16 and BF16 (kernels/repack_f16.c), reached through the
  * entry points above.  Element k of 8 rows side by side (the 16-bit values, one
- * layout for both); layout and specs in repack_f16.c: one fmaf chain in k order
- * per output; F16 rounds the activations to F16, BF16 keeps them F32. */
+ * layout for both); layout and specs in repack_f16.c: F16 rounds the activations
+ * to F16, one fmaf chain in k order per output; BF16 rounds them to BF16 and
+ * runs vdpbf16ps's arithmetic (pairs, the odd element first, denormals flushed). */
 size_t kern_pack_f16_bytes(int64_t N, int64_t K);
 void kern_pack_f16(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1);
 void kern_unpack_f16_row(const void *P, int64_t K, int64_t n, void *row);
-void kern_matmul_packed_f16(core_pool *pool, void *scratch, const void *P, const float *x, float *y, int T, int64_t N,
-                            int64_t K);
-void kern_matmul_packed_f16_ref(const void *P, const float *x, float *y, int T, int64_t N, int64_t K);
-/* BF16: no scratch (the activations are used as they are) */
-void kern_matmul_packed_bf16(core_pool *pool, const void *P, const float *x, float *y, int T, int64_t N, int64_t K);
-void kern_matmul_packed_bf16_ref(const void *P, const float *x, float *y, int T, int64_t N, int64_t K);
+/* wtype KT_F16 or KT_BF16: every matrix of out against x, whose rows are rounded once */
+void kern_matmul_packed_f16_n(core_pool *pool, void *scratch, int wtype, const kern_packed_out *out, int n_out,
+                              const float *x, int T, int64_t K);
+void kern_matmul_packed_f16_ref(const void *P, int wtype, const float *x, float *y, int T, int64_t N, int64_t K);
 /* most activation rows of one tile call */
 #define KERN_PACK_F16_TC 12
 /* G >= 1 groups (w: group after group) x C (1..KERN_PACK_F16_TC) activation
- * rows (floats, ba apart): y[c * ldy + 8 gi + r] */
+ * rows (ba elements apart): y[c * ldy + 8 gi + r].  The activations are
+ * floats (F16- or BF16-rounded) for every tile except kern_pack_bf16_tile_avx512's,
+ * which takes them as BF16 values (uint16_t). */
 typedef void (*kern_pack_f16_tile_fn)(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w,
-                                      const float *a, size_t ba);
+                                      const void *a, size_t ba);
 kern_pack_f16_tile_fn kern_pack_f16_tile_avx2(void);
 kern_pack_f16_tile_fn kern_pack_bf16_tile_avx2(void);
 kern_pack_f16_tile_fn kern_pack_f16_tile_avx512(void);
+/* BF16's is on vdpbf16ps and takes BF16 activations; NULL without AVX512_BF16 */
 kern_pack_f16_tile_fn kern_pack_bf16_tile_avx512(void);
 
 /* ---- private to kernels/: kvant's PTQ types (kernels/repack_ptq.c: layout

@@ -10,16 +10,30 @@
  * thread split give the same bits):
  *   F16:  activations are rounded to F16 (the F16 quantizer, the same bytes
  *         at every tier) and used as floats; w = the F16 weight as float;
- *   BF16: activations are the F32 inputs as they are (no rounding); w = the
- *         BF16 weight as float (bits << 16, exact);
- *   acc = 0; for k in order: acc = fmaf(w[n][k], a[t][k], acc); y = acc
- * BF16 does not use vdpbf16ps (AVX512_BF16): it would need the activations
- * rounded to BF16 (2^-9 relative error per element, 16x F16's) and its
- * pair products are summed with its own rounding (and denormals flushed),
- * which a plain-C spec could only emulate; the FMA chain keeps F32
- * activations exact and the same instruction at every tier.  The
- * conversion costs one shift more than F16's per 8 weights, paid once per
- * tile of C activation rows.
+ *         acc = 0; for k in order: acc = fmaf(w[n][k], a[t][k], acc); y = acc
+ *   BF16: vdpbf16ps's arithmetic (AVX512_BF16, as Intel's manual gives it;
+ *         bit-checked against the instruction on AMD Zen 4):
+ *         activations are rounded to BF16 (the BF16 quantizer: nearest
+ *         even, the same bytes at every tier); w = the BF16 weight; both
+ *         with BF16 denormals read as zero (daz);
+ *         acc = 0; for each pair (k, k + 1) in order, k even:
+ *           acc = ftz(fmaf(w[n][k + 1], a[t][k + 1], acc))  (0 x 0 past K)
+ *           acc = ftz(fmaf(w[n][k], a[t][k], acc))
+ *         y = acc; ftz: a denormal result becomes a zero of its sign (the
+ *         products of two BF16 values are exact in float, so each step is
+ *         the instruction's add, rounded to nearest even).
+ *         Where the CPU has AVX512_BF16 the prefill tile runs vdpbf16ps:
+ *         two multiply-adds per lane per instruction, twice the FP32 FMA's
+ *         rate (Zen 4, one thread: the tile at 98-103 GMAC/s in
+ *         `kvant-kernels --types BF16`, the FMA peak 59); elsewhere the
+ *         tiles run the same steps as FMAs with MXCSR's FTZ and DAZ set
+ *         (tests/test_repack_f16.c holds both to this spec down to
+ *         denormals).  The rounding of the activations is llama.cpp's (its
+ *         BF16 matmul converts them to BF16 too) and the unpacked BF16
+ *         dot's (kernels/vec_dot_avx512.c); it costs 2^-9 relative per
+ *         activation, where the earlier spec's F32 activations were exact,
+ *         and lifts a prefill that was FMA-bound at 0.71x llama.cpp to
+ *         1.24-1.33x (bench/tier_speed.md).
  * The tiles keep many chains in flight (8 or 16 lanes times groups times
  * activation rows) to hide the FMA latency; the shape is the tier's
  * (f16_shape), the arithmetic is not. */
@@ -51,24 +65,35 @@ void kern_unpack_f16_row(const void *P, int64_t K, int64_t n, void *row) {
     for (int64_t k = 0; k < K; k++) ((uint16_t *)row)[k] = o[(size_t)k * KERN_PACK_ROWS + (size_t)(n % KERN_PACK_ROWS)];
 }
 
+/* BF16's flushes (the instruction's DAZ and FTZ) */
+static inline float flush_denormal(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
+
 /* the specs: G groups against activation rows a[0..C) (floats, ba apart) */
 static inline void tile_ref_t(bool bf, int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w,
                               const float *a, size_t ba) {
     for (int c = 0; c < C; c++)
         for (int gr = 0; gr < G * KERN_PACK_ROWS; gr++) {
             const uint16_t *wg = w + (size_t)(gr / KERN_PACK_ROWS) * KERN_PACK_ROWS * (size_t)K;
+            const float *ac = a + (size_t)c * ba;
+#define WK(k) wg[(size_t)(k) * KERN_PACK_ROWS + (size_t)(gr % KERN_PACK_ROWS)]
             float acc = 0.0f;
-            for (int64_t k = 0; k < K; k++) {
-                const uint16_t h = wg[(size_t)k * KERN_PACK_ROWS + (size_t)(gr % KERN_PACK_ROWS)];
-                acc = fmaf(bf ? kern_bf16_to_fp32(h) : kern_fp16_to_fp32(h), a[(size_t)c * ba + (size_t)k], acc);
-            }
+            if (!bf)
+                for (int64_t k = 0; k < K; k++) acc = fmaf(kern_fp16_to_fp32(WK(k)), ac[k], acc);
+            else
+                for (int64_t k = 0; k < K; k += 2) {
+                    const float w1 = k + 1 < K ? flush_denormal(kern_bf16_to_fp32(WK(k + 1))) : 0.0f,
+                                a1 = k + 1 < K ? flush_denormal(ac[k + 1]) : 0.0f;
+                    acc = flush_denormal(fmaf(w1, a1, acc));
+                    acc = flush_denormal(fmaf(flush_denormal(kern_bf16_to_fp32(WK(k))), flush_denormal(ac[k]), acc));
+                }
+#undef WK
             y[(size_t)c * ldy + (size_t)gr] = acc;
         }
 }
-static void tile_ref_f16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const float *a, size_t ba) {
+static void tile_ref_f16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const void *a, size_t ba) {
     tile_ref_t(false, K, G, C, y, ldy, w, a, ba);
 }
-static void tile_ref_bf16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const float *a,
+static void tile_ref_bf16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const void *a,
                           size_t ba) {
     tile_ref_t(true, K, G, C, y, ldy, w, a, ba);
 }
@@ -78,12 +103,14 @@ static void tile_ref_bf16(int64_t K, int G, int C, float *y, size_t ldy, const u
 typedef struct {
     kern_pack_f16_tile_fn tile, dtile;
     int gd, gp, tc;
+    bool tile_acts16; /* tile takes the activations as BF16 values (dtile: floats) */
 } f16_shape;
 
 typedef struct {
     f16_shape s;
     const uint16_t *P;
-    const float *a;             /* T rows of K floats (F16: F16-rounded) */
+    const void *a;              /* T rows of K activations, rounded: floats, or BF16 values for tile_acts16 */
+    size_t as;                  /* bytes per activation in a (2 or 4) */
     float *y;
     int T;
     int64_t N, K;
@@ -93,7 +120,7 @@ typedef struct {
 /* groups [g, g + G) against rows [t0, t0 + C) */
 static void run_tile(const f16_job *j, int64_t g, int G, int t0, int C) {
     const uint16_t *w = j->P + (size_t)g * KERN_PACK_ROWS * (size_t)j->K;
-    const float *a = j->a + (size_t)t0 * (size_t)j->K;
+    const void *a = (const char *)j->a + (size_t)t0 * (size_t)j->K * j->as;
     const int64_t n0 = g * KERN_PACK_ROWS;
     float *y = j->y + (size_t)t0 * (size_t)j->N + (size_t)n0;
     const kern_pack_f16_tile_fn tile = j->T == 1 ? j->s.dtile : j->s.tile;
@@ -131,28 +158,33 @@ static void f16_task(void *ctx, int ith, int nth) {
 
 typedef struct {
     const float *x;
-    float *a;
+    void *a;
     size_t n; /* elements */
-    bool ref;
+    int type; /* KT_F16 or KT_BF16: the rounding */
+    bool ref, out16; /* out16: keep the 16-bit values (else widened to floats) */
 } prep_job;
 
 static void prep_task(void *ctx, int ith, int nth) {
     const prep_job *p = ctx;
-    const kern_from_float_fn q = p->ref ? kern_type_get(KT_F16)->from_float_ref : kern_ops(KT_F16)->from_float;
-    const kern_to_float_fn d = p->ref ? kern_type_get(KT_F16)->to_float : kern_ops(KT_F16)->to_float;
+    const kern_from_float_fn q = p->ref ? kern_type_get(p->type)->from_float_ref : kern_ops(p->type)->from_float;
+    const kern_to_float_fn d = p->ref ? kern_type_get(p->type)->to_float : kern_ops(p->type)->to_float;
     int64_t lo, hi; /* in chunks of 256 elements */
     core_split((int64_t)((p->n + 255) / 256), ith, nth, &lo, &hi);
     uint16_t h[256];
     for (size_t i = (size_t)lo * 256; i < (size_t)hi * 256 && i < p->n; i += 256) {
         const int64_t m = p->n - i < 256 ? (int64_t)(p->n - i) : 256;
+        if (p->out16) {
+            q(p->x + i, (uint16_t *)p->a + i, m);
+            continue;
+        }
         q(p->x + i, h, m);
-        d(h, p->a + i, m);
+        d(h, (float *)p->a + i, m);
     }
 }
 
-/* x rounded to F16 and back, T rows of K floats, into a (threads split a prefill batch) */
-static void prep_acts(core_pool *pool, const float *x, float *a, int T, int64_t K, bool ref) {
-    prep_job p = {x, a, (size_t)T * (size_t)K, ref};
+/* x rounded to F16 or BF16, T rows of K, into a (threads split a prefill batch) */
+static void prep_acts(core_pool *pool, int type, const float *x, void *a, int T, int64_t K, bool ref, bool out16) {
+    prep_job p = {x, a, (size_t)T * (size_t)K, type, ref, out16};
     if (pool && !ref && T >= 4) core_pool_run(pool, prep_task, &p);
     else prep_task(&p, 0, 1);
 }
@@ -166,20 +198,26 @@ static void prep_acts(core_pool *pool, const float *x, float *a, int T, int64_t 
  * conversion and inserts shared by 12 rows) ran ~1.9x the AVX2 tile's
  * 2 x 6 (T = 48: 108 vs 56 GMAC/s, both types).  Not where 512-bit
  * operations run as two halves (kern_zmm_halved: Zen 4, family 25 model
- * 17): there the 512-bit prefill tile lost to the AVX2 one (synthetic
+ * 17): there the 512-bit F16 prefill tile lost to the AVX2 one (synthetic
  * tinyllama-1.1b F16 pp512, 2 threads: 86-89 vs 103-108 t/s; 6 or 8 rows
- * per block and 8 groups x 6 rows the same), so both tiers keep the AVX2
- * tiles. */
+ * per block and 8 groups x 6 rows the same), so F16 keeps the AVX2 tile.
+ * BF16 prefills on vdpbf16ps wherever the CPU has AVX512_BF16 (twice the
+ * multiply-adds per instruction, Zen 4 included), else on the AVX2 tile. */
 static f16_shape shape_of(bool bf, bool ref) {
-    f16_shape s = {bf ? tile_ref_bf16 : tile_ref_f16, bf ? tile_ref_bf16 : tile_ref_f16, 8, 2, 6};
+    f16_shape s = {bf ? tile_ref_bf16 : tile_ref_f16, bf ? tile_ref_bf16 : tile_ref_f16, 8, 2, 6, false};
 #if defined(__x86_64__) || defined(_M_X64)
     if (ref) return s;
     if (kern_active_tier() >= KERN_TIER_AVX2) {
         const kern_pack_f16_tile_fn t2 = bf ? kern_pack_bf16_tile_avx2() : kern_pack_f16_tile_avx2();
-        s = (f16_shape){t2, t2, 8, 2, 6};
+        s = (f16_shape){t2, t2, 8, 2, 6, false};
     }
-    if (kern_active_tier() >= KERN_TIER_AVX512 && !kern_zmm_halved()) {
-        s.tile = bf ? kern_pack_bf16_tile_avx512() : kern_pack_f16_tile_avx512();
+    if (kern_active_tier() >= KERN_TIER_AVX512 && bf && kern_pack_bf16_tile_avx512()) {
+        s.tile = kern_pack_bf16_tile_avx512();
+        s.gp = 4;
+        s.tc = 12;
+        s.tile_acts16 = true;
+    } else if (kern_active_tier() >= KERN_TIER_AVX512 && !bf && !kern_zmm_halved()) {
+        s.tile = kern_pack_f16_tile_avx512();
         s.gp = 4;
         s.tc = 12;
     }
@@ -189,31 +227,30 @@ static f16_shape shape_of(bool bf, bool ref) {
     return s;
 }
 
-static void run(core_pool *pool, void *scratch, bool bf, const void *P, const float *x, float *y, int T, int64_t N,
+/* every output of out[0..n_out) against the same activations, rounded once */
+static void run(core_pool *pool, void *scratch, bool bf, const kern_packed_out *out, int n_out, const float *x, int T,
                 int64_t K, bool ref) {
-    f16_job j = {.s = shape_of(bf, ref), .P = P, .a = bf ? x : scratch, .y = y, .T = T, .N = N, .K = K};
-    atomic_init(&j.next, 0);
-    if (!bf) prep_acts(pool, x, scratch, T, K, ref);
-    if (pool && !ref && (double)N * (double)K * T >= KERN_MT_MIN_WORK) core_pool_run(pool, f16_task, &j);
-    else f16_task(&j, 0, 1);
+    f16_job j = {.s = shape_of(bf, ref), .a = scratch, .T = T, .K = K};
+    const bool acts16 = T > 1 && j.s.tile_acts16;
+    j.as = acts16 ? sizeof(uint16_t) : sizeof(float);
+    prep_acts(pool, bf ? KT_BF16 : KT_F16, x, scratch, T, K, ref, acts16);
+    for (int i = 0; i < n_out; i++) {
+        j.P = out[i].P, j.N = out[i].N, j.y = out[i].y;
+        atomic_init(&j.next, 0);
+        if (pool && !ref && (double)j.N * (double)K * T >= KERN_MT_MIN_WORK) core_pool_run(pool, f16_task, &j);
+        else f16_task(&j, 0, 1);
+    }
 }
 
-void kern_matmul_packed_f16(core_pool *pool, void *scratch, const void *P, const float *x, float *y, int T, int64_t N,
-                            int64_t K) {
-    run(pool, scratch, false, P, x, y, T, N, K, false);
+void kern_matmul_packed_f16_n(core_pool *pool, void *scratch, int wtype, const kern_packed_out *out, int n_out,
+                              const float *x, int T, int64_t K) {
+    run(pool, scratch, wtype == KT_BF16, out, n_out, x, T, K, false);
 }
 
-void kern_matmul_packed_f16_ref(const void *P, const float *x, float *y, int T, int64_t N, int64_t K) {
+void kern_matmul_packed_f16_ref(const void *P, int wtype, const float *x, float *y, int T, int64_t N, int64_t K) {
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     CORE_ASSERT(scratch);
-    run(NULL, scratch, false, P, x, y, T, N, K, true);
+    const kern_packed_out o = {P, N, y};
+    run(NULL, scratch, wtype == KT_BF16, &o, 1, x, T, K, true);
     free(scratch);
-}
-
-void kern_matmul_packed_bf16(core_pool *pool, const void *P, const float *x, float *y, int T, int64_t N, int64_t K) {
-    run(pool, NULL, true, P, x, y, T, N, K, false);
-}
-
-void kern_matmul_packed_bf16_ref(const void *P, const float *x, float *y, int T, int64_t N, int64_t K) {
-    run(NULL, NULL, true, P, x, y, T, N, K, true);
 }

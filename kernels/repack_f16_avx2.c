@@ -2,7 +2,8 @@
  * (kernels/repack_f16.c): per k, one vcvtph2ps (F16) or vpmovzxwd + vpslld
  * (BF16, exact) gives 8 rows' weights, a broadcast gives the activation, one
  * FMA advances 8 outputs' chains.  G groups x C activation rows of chains
- * are in flight; each lane is the spec's fmaf chain. */
+ * are in flight; each lane is the spec's fmaf chain (BF16: its pairs, the
+ * odd element first, under FTZ and DAZ). */
 #include <immintrin.h>
 
 #include "kernels/repack.h"
@@ -29,54 +30,78 @@ AI __m256 wload(const bool bf, const uint16_t *p) {
     return _mm256_cvtph_ps(h);
 }
 
+/* BF16 steps through K as the spec's pairs: element k + 1 before k (a zero
+ * step, acc + 0 x 0, where k + 1 = K), FTZ and DAZ set by the caller */
+#define K_ORDER(STEP, ZERO)                             \
+    if (!bf)                                            \
+        for (int64_t k = 0; k < K; k++) STEP(k)         \
+    else {                                              \
+        int64_t k = 0;                                  \
+        for (; k + 1 < K; k += 2) { STEP(k + 1) STEP(k) } \
+        if (k < K) { ZERO STEP(k) }                     \
+    }
+
 /* G groups x C activation rows (G = 8 with C = 1, or G <= 2 with C <= 6): at
  * most 12 chains, so they stay in registers */
 AI void tile(const bool bf, int64_t K, const int G, const int C, float *y, size_t ldy, const uint16_t *w,
              const float *a, size_t ba) {
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0, acc5 = acc0, acc6 = acc0,
-           acc7 = acc0;
+    const __m256 z = _mm256_setzero_ps();
+    __m256 acc0 = z, acc1 = z, acc2 = z, acc3 = z, acc4 = z, acc5 = z, acc6 = z, acc7 = z;
     const size_t gs = (size_t)K * KERN_PACK_ROWS; /* halves per group */
-#define W(g) wload(bf, w + (size_t)(g) * gs + (size_t)k * 8)
-#define A(c) _mm256_broadcast_ss(a + (size_t)(c) * ba + (size_t)k)
+#define W(g, k) wload(bf, w + (size_t)(g) * gs + (size_t)(k) * 8)
+#define A(c, k) _mm256_broadcast_ss(a + (size_t)(c) * ba + (size_t)(k))
 #define F(acc, wv, av) acc = _mm256_fmadd_ps(wv, av, acc)
+#define Z(acc) acc = _mm256_add_ps(acc, z)
     if (G == 8) { /* C == 1 */
         const bool l2 = kern_prefetch_l2();
-        for (int64_t k = 0; k < K; k++) {
-            if ((k & 3) == 0) /* a new line of every group's stream (4 k x 8 rows x 2 bytes) */
-                for (int g = 0; g < 8; g++) {
-                    const char *p = (const char *)(w + (size_t)g * gs + (size_t)k * 8) + F16_PF;
-                    if (l2) _mm_prefetch(p, _MM_HINT_T1);
-                    else _mm_prefetch(p, _MM_HINT_T0);
-                }
-            const __m256 av = A(0);
-            F(acc0, W(0), av); F(acc1, W(1), av); F(acc2, W(2), av); F(acc3, W(3), av);
-            F(acc4, W(4), av); F(acc5, W(5), av); F(acc6, W(6), av); F(acc7, W(7), av);
-        }
+#define STEP8(k)                                                                                       \
+    {                                                                                                  \
+        if (((k) & 3) == 0) /* a new line of every group's stream (4 k x 8 rows x 2 bytes) */          \
+            for (int g = 0; g < 8; g++) {                                                              \
+                const char *p = (const char *)(w + (size_t)g * gs + (size_t)(k) * 8) + F16_PF;         \
+                if (l2) _mm_prefetch(p, _MM_HINT_T1);                                                  \
+                else _mm_prefetch(p, _MM_HINT_T0);                                                     \
+            }                                                                                          \
+        const __m256 av = A(0, k);                                                                     \
+        F(acc0, W(0, k), av); F(acc1, W(1, k), av); F(acc2, W(2, k), av); F(acc3, W(3, k), av);        \
+        F(acc4, W(4, k), av); F(acc5, W(5, k), av); F(acc6, W(6, k), av); F(acc7, W(7, k), av);        \
+    }
+#define ZERO8 { Z(acc0); Z(acc1); Z(acc2); Z(acc3); Z(acc4); Z(acc5); Z(acc6); Z(acc7); }
+        K_ORDER(STEP8, ZERO8)
+#undef STEP8
+#undef ZERO8
         __m256 r[8] = {acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7};
         for (int g = 0; g < 8; g++) _mm256_storeu_ps(y + (size_t)g * 8, r[g]);
         return;
     }
     /* G <= 2, C <= 6: 12 chains, a[c] * w[g] -> acc[g][c] */
-    __m256 b0 = acc0, b1 = acc0, b2 = acc0, b3 = acc0, b4 = acc0, b5 = acc0, b6 = acc0, b7 = acc0, b8 = acc0,
-           b9 = acc0, b10 = acc0, b11 = acc0;
-    for (int64_t k = 0; k < K; k++) {
-        const __m256 w0 = W(0), w1 = G > 1 ? W(1) : w0;
-#define COL(c, x0, x1)                       \
+    __m256 b0 = z, b1 = z, b2 = z, b3 = z, b4 = z, b5 = z, b6 = z, b7 = z, b8 = z, b9 = z, b10 = z, b11 = z;
+#define COL(c, x0, x1, k)                    \
     if (C > c) {                             \
-        const __m256 av = A(c);              \
+        const __m256 av = A(c, k);           \
         F(x0, w0, av);                       \
         if (G > 1) F(x1, w1, av);            \
     }
-        COL(0, b0, b6) COL(1, b1, b7) COL(2, b2, b8) COL(3, b3, b9) COL(4, b4, b10) COL(5, b5, b11)
-#undef COL
+#define STEP(k)                                                                                           \
+    {                                                                                                     \
+        const __m256 w0 = W(0, k), w1 = G > 1 ? W(1, k) : w0;                                            \
+        COL(0, b0, b6, k) COL(1, b1, b7, k) COL(2, b2, b8, k) COL(3, b3, b9, k) COL(4, b4, b10, k)        \
+        COL(5, b5, b11, k)                                                                                \
     }
+#define ZERO { Z(b0); Z(b1); Z(b2); Z(b3); Z(b4); Z(b5); Z(b6); Z(b7); Z(b8); Z(b9); Z(b10); Z(b11); }
+    K_ORDER(STEP, ZERO)
+#undef STEP
+#undef ZERO
+#undef COL
 #undef W
 #undef A
 #undef F
+#undef Z
     __m256 r[12] = {b0, b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11};
     for (int g = 0; g < G; g++)
         for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy + (size_t)g * 8, r[6 * g + c]);
 }
+#undef K_ORDER
 
 /* any G x C (the driver gives G = 8 with C = 1, or G <= 2 with C <= 6) */
 AI void tile_any(const bool bf, int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const float *a,
@@ -104,11 +129,15 @@ AI void tile_any(const bool bf, int64_t K, int G, int C, float *y, size_t ldy, c
     }
 }
 
-static void tile_f16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const float *a, size_t ba) {
+static void tile_f16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const void *a, size_t ba) {
     tile_any(false, K, G, C, y, ldy, w, a, ba);
 }
-static void tile_bf16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const float *a, size_t ba) {
+/* BF16: the spec's flushes are MXCSR's FTZ (bit 15) and DAZ (bit 6) for the call */
+static void tile_bf16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const void *a, size_t ba) {
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u);
     tile_any(true, K, G, C, y, ldy, w, a, ba);
+    _mm_setcsr(csr);
 }
 
 kern_pack_f16_tile_fn kern_pack_f16_tile_avx2(void) { return tile_f16; }

@@ -103,6 +103,9 @@ const kern_type_ops *kern_ops(int t);
 const kern_type_ops *kern_ops_tier(int t, kern_tier tier);
 kern_tier kern_best_tier(void);
 kern_tier kern_active_tier(void);
+/* Whether the avx512 tier runs here with AVX512_BF16 (vdpbf16ps): CPUID
+ * lists it and XCR0 enables AVX-512 (the active tier is asked separately) */
+bool kern_has_avx512_bf16(void);
 /* Forces a tier (tests, benchmarks); false if this CPU cannot run it. */
 bool kern_set_tier(kern_tier tier);
 const char *kern_tier_name(kern_tier tier);

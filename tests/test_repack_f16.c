@@ -2,20 +2,29 @@
  *  1. pack / unpack round-trips every row of both types, missing rows of
  *     the last group are zero, the packed size is the file's;
  *  2. the packed ref equals the spec written out once more here (F16:
- *     activations rounded to F16; BF16: F32 activations, weights bits << 16;
- *     one fmaf chain in k order per output) on every output;
+ *     activations rounded to F16, one fmaf chain in k order per output;
+ *     BF16: activations rounded to BF16, vdpbf16ps's pairs, element k + 1
+ *     before k, denormals flushed) on every output, and on this CPU, where
+ *     it has AVX512_BF16, the instruction itself gives the spec's bits
+ *     (2b, values down to denormals);
  *  3. every tier this CPU has (ref, avx2, avx512) is bit-identical to the
  *     packed ref: decode and prefill T = 1..13, N not a multiple of 8 or 16,
  *     odd K, 1, 2 and 3 threads, and a T = 1 call equals that row of a batch;
  *  4. kern_matmul_packed_n (several BF16 matrices in one call) equals each
  *     matrix's own call;
- *  5. BF16 packed vs the exact dot (double): the float summation bound
+ *  5. BF16 packed vs the exact dot (double) of the weights and the
+ *     BF16-rounded activations: the float summation bound
  *     |y - dot| <= K 2^-24 sum |w a| (1.01 K u, u = 2^-24, K u << 1);
- *  6. stories260K converted to BF16 (packed at load) against the same
- *     weights widened to F32 (exact; the row-major F32 path): only the
- *     summation order differs, so the logits agree to 1e-4 of their range,
- *     prefill and token-by-token decode alike (other ops differ by tier, so
- *     tiers are held bit-equal at the matmul level, in 3, not on logits);
+ *  6. stories260K converted to BF16, packed at load, against the weights
+ *     widened to F32 (exact; the row-major F32 path, F32 activations), the
+ *     same file unpacked (no_repack: the row-major BF16 dot, which rounds
+ *     the activations to BF16 too, in another order) and token-by-token
+ *     decode against prefill: within 1e-2 of the logits' range (measured
+ *     4.2e-3, 2.1e-3 against unpacked: an activation one float ulp apart
+ *     can round to BF16 values 2^-8 apart, so summation order alone no
+ *     longer stays near 1e-4 as it did with F32 activations; other ops
+ *     differ by tier, so tiers are held bit-equal at the matmul level, in
+ *     3, not on logits);
  *  3b. each SIMD tile called directly for every G x C it accepts.
  */
 #include <math.h>
@@ -50,16 +59,31 @@ static uint16_t *make_weights(int t, int64_t N, int64_t K) {
 
 static float w_of(int t, uint16_t h) { return t == KT_BF16 ? kern_bf16_to_fp32(h) : kern_fp16_to_fp32(h); }
 
-/* activations as the spec uses them: F16-rounded (F16), as they are (BF16) */
+/* activations as the spec uses them: rounded to the weights' type, as floats */
 static void spec_acts(int t, const float *x, float *a, int64_t n) {
-    if (t == KT_BF16) {
-        memcpy(a, x, sizeof(float) * (size_t)n);
-        return;
-    }
     uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
-    kern_type_get(KT_F16)->from_float_ref(x, h, n);
-    for (int64_t i = 0; i < n; i++) a[i] = kern_fp16_to_fp32(h[i]);
+    kern_type_get(t)->from_float_ref(x, h, n);
+    for (int64_t i = 0; i < n; i++) a[i] = w_of(t, h[i]);
     free(h);
+}
+
+/* BF16's flush (the instruction's DAZ / FTZ), written out again */
+static float ftz(float x) {
+    return fpclassify(x) == FP_SUBNORMAL ? (signbit(x) ? -0.0f : 0.0f) : x;
+}
+
+/* the spec of one output: w, a rows of K (floats as the spec reads them) */
+static float spec_dot(int t, const uint16_t *w, const float *a, int64_t K) {
+    float acc = 0.0f;
+    if (t == KT_F16) {
+        for (int64_t k = 0; k < K; k++) acc = fmaf(w_of(t, w[k]), a[k], acc);
+        return acc;
+    }
+    for (int64_t k = 0; k < K; k += 2) {
+        acc = k + 1 < K ? ftz(fmaf(ftz(w_of(t, w[k + 1])), ftz(a[k + 1]), acc)) : ftz(fmaf(0.0f, 0.0f, acc));
+        acc = ftz(fmaf(ftz(w_of(t, w[k])), ftz(a[k]), acc));
+    }
+    return acc;
 }
 
 static void test_pack_roundtrip(void **state) {
@@ -115,8 +139,7 @@ static void test_tiers_bit_identical(void **state) {
                 kern_matmul_packed_ref(P, t, x, yr, TMAX, N, K);
                 for (int tt = 0; tt < TMAX; tt++) /* the spec */
                     for (int64_t n = 0; n < N; n++) {
-                        float acc = 0.0f;
-                        for (int64_t k = 0; k < K; k++) acc = fmaf(w_of(t, W[n * K + k]), a[tt * K + k], acc);
+                        const float acc = spec_dot(t, W + n * K, a + tt * K, K);
                         if (memcmp(&acc, &yr[tt * N + n], 4))
                             fail_msg("%s packed ref != spec at [%d][%d]: %.9g vs %.9g", kern_type_name(t), tt,
                                      (int)n, yr[tt * N + n], acc);
@@ -173,13 +196,16 @@ static void test_tile_shapes(void **state) {
               *yr = malloc(sizeof(float) * CMAX * N), *y = malloc(sizeof(float) * CMAX * N);
         for (int i = 0; i < CMAX * K; i++) x[i] = frand() * 5.0f;
         spec_acts(t, x, a, CMAX * K);
+        uint16_t *a16 = malloc(sizeof(uint16_t) * CMAX * K); /* BF16's avx512 tile takes BF16 values */
+        kern_type_get(t)->from_float_ref(x, a16, CMAX * K);
         kern_matmul_packed_ref(P, t, x, yr, CMAX, N, K);
         for (int i = 0; i < 2; i++) {
             if (!tiles[i].f) continue;
+            const void *ai = t == KT_BF16 && i == 1 ? (const void *)a16 : (const void *)a;
             for (int G = 1; G <= GMAX; G++)
                 for (int C = 1; C <= CMAX; C++) {
                     memset(y, 0xff, sizeof(float) * CMAX * N);
-                    tiles[i].f(K, G, C, y, (size_t)N, P, a, (size_t)K);
+                    tiles[i].f(K, G, C, y, (size_t)N, P, ai, (size_t)K);
                     for (int c = 0; c < C; c++) {
                         if (memcmp(y + (size_t)c * N, yr + (size_t)c * N, sizeof(float) * (size_t)G * 8))
                             fail_msg("%s %s tile G=%d C=%d: row %d != the packed ref", kern_type_name(t),
@@ -193,8 +219,73 @@ static void test_tile_shapes(void **state) {
                     }
                 }
         }
-        free(W); free(P); free(x); free(a); free(yr); free(y);
+        free(W); free(P); free(x); free(a); free(a16); free(yr); free(y);
     }
+}
+
+/* 2b: BF16 down to denormals: weights and activations of magnitudes from
+ * 2^-75 to 2^-55 (products near 2^-130, sums in float's denormals) and
+ * BF16 denormals (2^-138 to 2^-127), and some normal ones (none in a third
+ * of the rows and in the first activation row), so the spec's flushes
+ * decide many outputs; every tier (the instruction itself where the CPU
+ * has it, FTZ / DAZ under the AVX2 tile) gives the spec's bits */
+static float tiny(bool some_normal) {
+    const float m = frand();
+    const unsigned r = (unsigned)(g_rng >> 59); /* 0..31 */
+    if (some_normal && r < 6) return m;
+    if (r < 20) return ldexpf(m, -55 - (int)((g_rng >> 40) % 21)); /* products near 2^-130: denormal sums */
+    return ldexpf(m, -127 - (int)((g_rng >> 40) % 12)); /* BF16 denormals */
+}
+/* the BF16 spec without its flushes: where it differs, a flush decided */
+static float noflush_dot(const uint16_t *w, const float *a, int64_t K) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < K; k += 2) {
+        acc = k + 1 < K ? fmaf(kern_bf16_to_fp32(w[k + 1]), a[k + 1], acc) : fmaf(0.0f, 0.0f, acc);
+        acc = fmaf(kern_bf16_to_fp32(w[k]), a[k], acc);
+    }
+    return acc;
+}
+static void test_bf16_denormals(void **state) {
+    (void)state;
+    const int64_t N = 45, K = 67;
+    enum { T = 7 };
+    uint16_t *W = malloc(sizeof(uint16_t) * (size_t)(N * K)), *P = malloc(kern_pack_bytes(KT_BF16, N, K));
+    float *row = malloc(sizeof(float) * (size_t)K), *x = malloc(sizeof(float) * T * K), *a = malloc(sizeof(float) * T * K),
+          *y = malloc(sizeof(float) * T * N);
+    int n_sub = 0;
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k++) row[k] = tiny(n % 3 != 0);
+        kern_type_get(KT_BF16)->from_float_ref(row, W + n * K, K);
+        for (int64_t k = 0; k < K; k++) n_sub += fpclassify(kern_bf16_to_fp32(W[n * K + k])) == FP_SUBNORMAL;
+    }
+    for (int i = 0; i < T * K; i++) x[i] = tiny(i >= K); /* row 0 all tiny */
+    assert_true(n_sub > 100); /* the case is there */
+    kern_pack(W, KT_BF16, N, K, P, 0, (N + 7) / 8);
+    spec_acts(KT_BF16, x, a, T * K);
+    void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
+    core_pool *pool = core_pool_new(2);
+    const kern_tier best = kern_best_tier();
+    int n_flushed = 0;
+    for (int tier = KERN_TIER_REF; tier <= (int)best; tier++) {
+        assert_true(kern_set_tier((kern_tier)tier));
+        for (int TT = 1; TT <= T; TT += T - 1) {
+            kern_matmul_packed(pool, scratch, P, KT_BF16, x, y, TT, N, K);
+            for (int tt = 0; tt < TT; tt++)
+                for (int64_t n = 0; n < N; n++) {
+                    const float want = spec_dot(KT_BF16, W + n * K, a + tt * K, K),
+                                nf = noflush_dot(W + n * K, a + tt * K, K);
+                    n_flushed += memcmp(&want, &nf, 4) != 0;
+                    if (memcmp(&want, &y[tt * N + n], 4))
+                        fail_msg("BF16 tier %s T=%d [%d][%d]: %a, spec %a", kern_tier_name((kern_tier)tier), TT, tt,
+                                 (int)n, y[tt * N + n], want);
+                }
+        }
+    }
+    kern_set_tier(best);
+    print_message("BF16 outputs a flush decided: %d\n", n_flushed);
+    assert_true(n_flushed > 20);
+    core_pool_free(pool);
+    free(W); free(P); free(row); free(x); free(a); free(y); free(scratch);
 }
 
 /* 4 */
@@ -243,12 +334,15 @@ static void test_bf16_bound(void **state) {
     float *x = malloc(sizeof(float) * T * K), *y = malloc(sizeof(float) * T * N);
     for (int i = 0; i < T * K; i++) x[i] = frand() * 4.0f;
     core_pool *pool = core_pool_new(2);
-    kern_matmul_packed(pool, NULL, P, KT_BF16, x, y, T, N, K);
+    void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
+    float *a = malloc(sizeof(float) * T * K);
+    spec_acts(KT_BF16, x, a, T * K);
+    kern_matmul_packed(pool, scratch, P, KT_BF16, x, y, T, N, K);
     for (int t = 0; t < T; t++)
         for (int64_t n = 0; n < N; n++) {
             double dot = 0, sa = 0;
             for (int64_t k = 0; k < K; k++) {
-                const double p = (double)kern_bf16_to_fp32(W[n * K + k]) * x[t * K + k];
+                const double p = (double)kern_bf16_to_fp32(W[n * K + k]) * a[t * K + k];
                 dot += p;
                 sa += fabs(p);
             }
@@ -257,7 +351,7 @@ static void test_bf16_bound(void **state) {
                 fail_msg("BF16 [%d][%d]: %.9g vs exact %.9g (bound %.3g)", t, (int)n, y[t * N + n], dot, bound);
         }
     core_pool_free(pool);
-    free(W); free(P); free(x); free(y);
+    free(W); free(P); free(x); free(y); free(a); free(scratch);
 }
 
 /* 6 */
@@ -277,6 +371,9 @@ static void test_bf16_model(void **state) {
     if (!mb) fail_msg("%s", st.msg);
     kvant_model *mf = kvant_model_open(f32, &mp, &st);
     if (!mf) fail_msg("%s", st.msg);
+    kvant_model_params mpu = {.n_threads = 2, .no_repack = 1};
+    kvant_model *mu = kvant_model_open(bf, &mpu, &st);
+    if (!mu) fail_msg("%s", st.msg);
     kvant_model_info in;
     kvant_model_get_info(mb, &in);
     const size_t V = (size_t)in.vocab_size;
@@ -284,31 +381,37 @@ static void test_bf16_model(void **state) {
     int32_t toks[NT];
     for (int i = 0; i < NT; i++) toks[i] = i == 0 ? 1 : (int32_t)(3 + (i * 37) % (in.vocab_size - 3));
     float *lb = malloc(sizeof(float) * V * NT), *lf = malloc(sizeof(float) * V * NT),
-          *l1 = malloc(sizeof(float) * V);
+          *lu = malloc(sizeof(float) * V * NT), *l1 = malloc(sizeof(float) * V);
     kvant_seq_params sp = kvant_seq_default();
     sp.n_ctx = NT;
     sp.kv_type = KVANT_KV_F32;
     kvant_seq *sb = kvant_seq_new_ex(mb, &sp, &st), *sf = kvant_seq_new_ex(mf, &sp, &st),
-              *s1 = kvant_seq_new_ex(mb, &sp, &st);
+              *s1 = kvant_seq_new_ex(mb, &sp, &st), *su = kvant_seq_new_ex(mu, &sp, &st);
+    assert_non_null(su);
     assert_non_null(sb);
     assert_non_null(sf);
     assert_non_null(s1);
     assert_int_equal(kvant_forward(sb, toks, NT, lb, true, &st), KVANT_OK);
     assert_int_equal(kvant_forward(sf, toks, NT, lf, true, &st), KVANT_OK);
-    float d = 0, mx = 0;
+    assert_int_equal(kvant_forward(su, toks, NT, lu, true, &st), KVANT_OK);
+    float d = 0, du = 0, mx = 0;
     for (size_t i = 0; i < V * NT; i++) {
         d = fmaxf(d, fabsf(lb[i] - lf[i]));
+        du = fmaxf(du, fabsf(lb[i] - lu[i]));
         mx = fmaxf(mx, fabsf(lf[i]));
     }
-    if (!(d <= 1e-4f * mx)) fail_msg("BF16 packed vs widened F32: max |logit diff| %g (max |logit| %g)", d, mx);
+    if (!(du <= 1e-2f * mx)) fail_msg("BF16 packed vs unpacked: max |logit diff| %g (max |logit| %g)", du, mx);
+    if (!(d <= 1e-2f * mx)) fail_msg("BF16 packed vs widened F32: max |logit diff| %g (max |logit| %g)", d, mx);
     /* decode one token at a time (the T = 1 tiles) against the batch: within the same bound */
     for (int i = 0; i < NT; i++) assert_int_equal(kvant_forward(s1, toks + i, 1, l1, false, &st), KVANT_OK);
     float d1 = 0;
     for (size_t v = 0; v < V; v++) d1 = fmaxf(d1, fabsf(l1[v] - lb[(NT - 1) * V + v]));
-    if (!(d1 <= 1e-4f * mx)) fail_msg("BF16 decode vs prefill: max |logit diff| %g", d1);
-    kvant_seq_free(sb); kvant_seq_free(sf); kvant_seq_free(s1);
-    kvant_model_free(mb); kvant_model_free(mf);
-    free(lb); free(lf); free(l1);
+    if (!(d1 <= 1e-2f * mx)) fail_msg("BF16 decode vs prefill: max |logit diff| %g", d1);
+    print_message("BF16 packed vs unpacked %g, vs widened F32 %g, decode vs prefill %g (max |logit| %g)\n", du, d, d1,
+                  mx);
+    kvant_seq_free(sb); kvant_seq_free(sf); kvant_seq_free(s1); kvant_seq_free(su);
+    kvant_model_free(mb); kvant_model_free(mf); kvant_model_free(mu);
+    free(lb); free(lf); free(lu); free(l1);
     remove(bf);
     remove(f32);
 }
@@ -318,6 +421,7 @@ int main(void) {
         cmocka_unit_test(test_pack_roundtrip),
         cmocka_unit_test(test_tiers_bit_identical),
         cmocka_unit_test(test_tile_shapes),
+        cmocka_unit_test(test_bf16_denormals),
         cmocka_unit_test(test_packed_n),
         cmocka_unit_test(test_bf16_bound),
         cmocka_unit_test(test_bf16_model),
