@@ -44,6 +44,13 @@ static float frand(void) { /* uniform in [-1, 1) */
 
 static const int TYPES[2] = {KT_F16, KT_BF16};
 
+#if defined(__x86_64__)
+/* kernels/repack_f16_avx512.c compiled for AVX2, its zmm intrinsics
+ * emulated exactly (tests/repack_f16_avx512_emulated.c) */
+kern_pack_f16_tile_fn kern_pack_f16_tile_avx512_emulated(void);
+kern_pack_f16_tile_fn kern_pack_bf16_tile_avx512_emulated(void);
+#endif
+
 /* N x K weights of type t (16-bit values), a spread of magnitudes; a few exact zeros */
 static uint16_t *make_weights(int t, int64_t N, int64_t K) {
     uint16_t *W = malloc(sizeof(uint16_t) * (size_t)(N * K));
@@ -183,13 +190,17 @@ static void test_tile_shapes(void **state) {
         struct {
             const char *name;
             kern_pack_f16_tile_fn f;
-        } tiles[2] = {{"avx2", NULL}, {"avx512", NULL}};
+            bool acts16; /* takes BF16 activations (uint16) */
+        } tiles[3] = {{"avx2", NULL, false}, {"avx512", NULL, t == KT_BF16}, {"avx512 emulated", NULL, t == KT_BF16}};
 #if defined(__x86_64__)
-        if (best >= KERN_TIER_AVX2) tiles[0].f = t == KT_BF16 ? kern_pack_bf16_tile_avx2() : kern_pack_f16_tile_avx2();
+        if (best >= KERN_TIER_AVX2) {
+            tiles[0].f = t == KT_BF16 ? kern_pack_bf16_tile_avx2() : kern_pack_f16_tile_avx2();
+            tiles[2].f = t == KT_BF16 ? kern_pack_bf16_tile_avx512_emulated() : kern_pack_f16_tile_avx512_emulated();
+        }
         if (best >= KERN_TIER_AVX512)
             tiles[1].f = t == KT_BF16 ? kern_pack_bf16_tile_avx512() : kern_pack_f16_tile_avx512();
 #endif
-        if (!tiles[0].f && !tiles[1].f) continue;
+        if (!tiles[0].f && !tiles[1].f && !tiles[2].f) continue;
         uint16_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
         kern_pack(W, t, N, K, P, 0, GMAX);
         float *x = malloc(sizeof(float) * CMAX * K), *a = malloc(sizeof(float) * CMAX * K),
@@ -199,9 +210,9 @@ static void test_tile_shapes(void **state) {
         uint16_t *a16 = malloc(sizeof(uint16_t) * CMAX * K); /* BF16's avx512 tile takes BF16 values */
         kern_type_get(t)->from_float_ref(x, a16, CMAX * K);
         kern_matmul_packed_ref(P, t, x, yr, CMAX, N, K);
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < 3; i++) {
             if (!tiles[i].f) continue;
-            const void *ai = t == KT_BF16 && i == 1 ? (const void *)a16 : (const void *)a;
+            const void *ai = tiles[i].acts16 ? (const void *)a16 : (const void *)a;
             for (int G = 1; G <= GMAX; G++)
                 for (int C = 1; C <= CMAX; C++) {
                     memset(y, 0xff, sizeof(float) * CMAX * N);
@@ -282,6 +293,25 @@ static void test_bf16_denormals(void **state) {
         }
     }
     kern_set_tier(best);
+#if defined(__x86_64__)
+    /* the 512-bit vdpbf16ps tile's logic, emulated, on any AVX2 CPU (its
+     * flushes by FTZ / DAZ): every row at once, BF16 activations */
+    if (best >= KERN_TIER_AVX2) {
+        const int G = (int)((N + 7) / 8); /* the tile writes whole groups: rows of G * 8 */
+        uint16_t *a16 = malloc(sizeof(uint16_t) * T * K);
+        float *yt = malloc(sizeof(float) * T * (size_t)G * 8);
+        kern_type_get(KT_BF16)->from_float_ref(x, a16, T * K);
+        kern_pack_bf16_tile_avx512_emulated()(K, G, T, yt, (size_t)G * 8, P, a16, (size_t)K);
+        for (int tt = 0; tt < T; tt++)
+            for (int64_t n = 0; n < N; n++) {
+                const float want = spec_dot(KT_BF16, W + n * K, a + tt * K, K), got = yt[(size_t)tt * G * 8 + n];
+                if (memcmp(&want, &got, 4))
+                    fail_msg("BF16 emulated avx512 tile [%d][%d]: %a, spec %a", tt, (int)n, got, want);
+            }
+        free(a16);
+        free(yt);
+    }
+#endif
     print_message("BF16 outputs a flush decided: %d\n", n_flushed);
     assert_true(n_flushed > 20);
     core_pool_free(pool);

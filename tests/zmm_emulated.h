@@ -1,0 +1,134 @@
+/* zmm_emulated.h - the AVX-512 intrinsics kernels/repack_f16_avx512.c uses,
+ * in AVX2 + FMA + F16C, exactly: included before that file is compiled
+ * once more for AVX2 (tests/repack_f16_avx512_emulated.c), so the 512-bit
+ * F16 and BF16 tiles' logic (pairing, vpermw interleave, odd K, odd group
+ * counts) is tested on CPUs without AVX-512 too.
+ *
+ * A zmm is a GCC vector of 64 bytes (GCC splits its operations in two, and
+ * casts between same-size vectors stay legal, as the kernel's
+ * (__m512bh) casts need); each operation that must round as the
+ * instruction does runs on the two ymm halves with the AVX2 instruction of
+ * the same rounding: vfmadd231ps for _mm512_fmadd_ps, vcvtph2ps (exact)
+ * for _mm512_cvtph_ps.  vdpbf16ps is its two FMAs per dword, element
+ * 2i + 1 first: exactly the instruction where the caller sets MXCSR's FTZ
+ * and DAZ (its flushes), as kernels/repack_f16_avx2.c's BF16 tile does and
+ * tests/test_repack_f16.c checks against the spec. */
+#ifndef KVANT_TESTS_ZMM_EMULATED_H
+#define KVANT_TESTS_ZMM_EMULATED_H
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+/* the 64-byte vectors never cross a call (every function is inlined) */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+typedef float kvz_ps __attribute__((vector_size(64)));
+typedef long long kvz_si __attribute__((vector_size(64)));
+
+#define ZE static inline __attribute__((always_inline))
+ZE __m256 kvz_lo_ps(kvz_ps v) { __m256 h; memcpy(&h, &v, 32); return h; }
+ZE __m256 kvz_hi_ps(kvz_ps v) { __m256 h; memcpy(&h, (const char *)&v + 32, 32); return h; }
+ZE kvz_ps kvz_join_ps(__m256 lo, __m256 hi) {
+    kvz_ps v;
+    memcpy(&v, &lo, 32);
+    memcpy((char *)&v + 32, &hi, 32);
+    return v;
+}
+ZE __m256i kvz_lo_si(kvz_si v) { __m256i h; memcpy(&h, &v, 32); return h; }
+ZE __m256i kvz_hi_si(kvz_si v) { __m256i h; memcpy(&h, (const char *)&v + 32, 32); return h; }
+ZE kvz_si kvz_join_si(__m256i lo, __m256i hi) {
+    kvz_si v;
+    memcpy(&v, &lo, 32);
+    memcpy((char *)&v + 32, &hi, 32);
+    return v;
+}
+
+ZE kvz_ps kvz_setzero_ps(void) { return (kvz_ps){0}; }
+ZE kvz_ps kvz_set1_ps(float x) { return kvz_join_ps(_mm256_set1_ps(x), _mm256_set1_ps(x)); }
+ZE kvz_si kvz_set1_epi32(int x) { return kvz_join_si(_mm256_set1_epi32(x), _mm256_set1_epi32(x)); }
+ZE kvz_ps kvz_fmadd_ps(kvz_ps a, kvz_ps b, kvz_ps c) {
+    return kvz_join_ps(_mm256_fmadd_ps(kvz_lo_ps(a), kvz_lo_ps(b), kvz_lo_ps(c)),
+                       _mm256_fmadd_ps(kvz_hi_ps(a), kvz_hi_ps(b), kvz_hi_ps(c)));
+}
+ZE void kvz_storeu_ps(void *p, kvz_ps v) { memcpy(p, &v, 64); }
+ZE kvz_si kvz_loadu_si512(const void *p) { kvz_si v; memcpy(&v, p, 64); return v; }
+ZE kvz_ps kvz_cvtph_ps(__m256i h) {
+    return kvz_join_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)));
+}
+ZE __m256i kvz_castsi512_si256(kvz_si v) { return kvz_lo_si(v); }
+ZE kvz_si kvz_castsi256_si512(__m256i h) { return kvz_join_si(h, _mm256_setzero_si256()); }
+ZE kvz_si kvz_inserti64x4(kvz_si v, __m256i h, int i) {
+    return i ? kvz_join_si(kvz_lo_si(v), h) : kvz_join_si(h, kvz_hi_si(v));
+}
+/* vpermw: word i of the result is word idx[i] mod n of v (n = 32 or 16) */
+ZE void kvz_permw(const uint16_t *idx, const uint16_t *v, uint16_t *out, int n) {
+    for (int i = 0; i < n; i++) out[i] = v[idx[i] & (n - 1)];
+}
+ZE kvz_si kvz_permutexvar_epi16(kvz_si idx, kvz_si v) {
+    uint16_t ix[32], vv[32], o[32];
+    memcpy(ix, &idx, 64), memcpy(vv, &v, 64);
+    kvz_permw(ix, vv, o, 32);
+    return kvz_loadu_si512(o);
+}
+ZE __m256i kvz_permutexvar_epi16_256(__m256i idx, __m256i v) {
+    uint16_t ix[16], vv[16], o[16];
+    memcpy(ix, &idx, 32), memcpy(vv, &v, 32);
+    kvz_permw(ix, vv, o, 16);
+    __m256i r;
+    memcpy(&r, o, 32);
+    return r;
+}
+/* vdpbf16ps on 8 dwords: acc += a.odd * b.odd, then += a.even * b.even,
+ * each one FMA (BF16 -> float is exact: the word in the upper half) */
+ZE __m256 kvz_dpbf16_256(__m256 acc, __m256i a, __m256i b) {
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(a, hi)), _mm256_castsi256_ps(_mm256_and_si256(b, hi)),
+                          acc);
+    return _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(a, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(b, 16)),
+                           acc);
+}
+ZE kvz_ps kvz_dpbf16_ps(kvz_ps acc, kvz_si a, kvz_si b) {
+    return kvz_join_ps(kvz_dpbf16_256(kvz_lo_ps(acc), kvz_lo_si(a), kvz_lo_si(b)),
+                       kvz_dpbf16_256(kvz_hi_ps(acc), kvz_hi_si(a), kvz_hi_si(b)));
+}
+#undef ZE
+
+/* the names the kernel uses (undefined first: GCC defines some intrinsics
+ * that take immediates as macros when not optimizing) */
+#undef __m512
+#undef __m512i
+#undef __m512bh
+#undef __m256bh
+#define __m512 kvz_ps
+#define __m512i kvz_si
+#define __m512bh kvz_si
+#define __m256bh __m256i
+#undef _mm512_setzero_ps
+#undef _mm512_set1_ps
+#undef _mm512_set1_epi32
+#undef _mm512_fmadd_ps
+#undef _mm512_storeu_ps
+#undef _mm512_loadu_si512
+#undef _mm512_cvtph_ps
+#undef _mm512_castsi512_si256
+#undef _mm512_castsi256_si512
+#undef _mm512_inserti64x4
+#undef _mm512_permutexvar_epi16
+#undef _mm256_permutexvar_epi16
+#undef _mm512_dpbf16_ps
+#undef _mm256_dpbf16_ps
+#define _mm512_setzero_ps kvz_setzero_ps
+#define _mm512_set1_ps kvz_set1_ps
+#define _mm512_set1_epi32 kvz_set1_epi32
+#define _mm512_fmadd_ps kvz_fmadd_ps
+#define _mm512_storeu_ps kvz_storeu_ps
+#define _mm512_loadu_si512 kvz_loadu_si512
+#define _mm512_cvtph_ps kvz_cvtph_ps
+#define _mm512_castsi512_si256 kvz_castsi512_si256
+#define _mm512_castsi256_si512 kvz_castsi256_si512
+#define _mm512_inserti64x4 kvz_inserti64x4
+#define _mm512_permutexvar_epi16 kvz_permutexvar_epi16
+#define _mm256_permutexvar_epi16 kvz_permutexvar_epi16_256
+#define _mm512_dpbf16_ps kvz_dpbf16_ps
+#define _mm256_dpbf16_ps kvz_dpbf16_256
+#endif
