@@ -2,7 +2,8 @@
  *
  * For each weight type, each tier this CPU runs (ref, scalar, avx2, ...)
  * with the row-major kernels (kern_matmul), and the packed 8-row layout
- * (kern_matmul_packed) at the best tier and at its plain-C reference:
+ * (kern_matmul_packed) at the best tier (KVANT_TIER's if set), at avx2
+ * when that is below it, and at its plain-C reference:
  *   decode  T = 1 over an N x K matrix larger than the L3 cache (weights
  *           stream from memory): GB/s of weights read, best of R runs;
  *           for the packed layout also over ~8 MiB of weights that stay
@@ -325,7 +326,7 @@ int main(int argc, char **argv) {
     float *x = malloc(sizeof(float) * T * K), *y = malloc(sizeof(float) * T * N_dec); /* N_dec >= N_pre, N_l3 */
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     for (int64_t i = 0; i < T * K; i++) x[i] = frand();
-    const kern_tier best = kern_best_tier();
+    const kern_tier best = kern_active_tier(); /* the best this CPU runs, or KVANT_TIER's */
     double pk_flop = 0, pk_mac = 0;
     if (peak && !peak_measure(pool, reps, &pk_flop, &pk_mac)) {
         fprintf(stderr, "kvant-kernels: --peak needs an x86-64 CPU with AVX2 and FMA\n");
@@ -363,19 +364,26 @@ int main(int argc, char **argv) {
             /* the L3 case: the first rows of the decode matrix, ~8 MiB, whole 8-row groups */
             const int64_t N_l3 = ((int64_t)(8 << 20) / (int64_t)kern_row_bytes(type, K)) & ~(int64_t)7;
             void *Pd = pack(Wd, type, N_dec, K), *Pp = pack(Wp, type, N_pre, K), *Pc = pack(Wd, type, N_l3, K);
-            const double dd = time_mm(pool, PACKED, Pd, type, x, y, 1, N_dec, K, scratch, reps);
-            const double dc = time_mm(pool, PACKED, Pc, type, x, y, 1, N_l3, K, scratch, 4 * reps);
-            const double dp = time_mm(pool, PACKED, Pp, type, x, y, (int)T, N_pre, K, scratch, reps);
-            const double gm = (double)N_pre * K * T / dp / 1e6;
-            printf("| %s | packed %s | %.1f | %.1f | %.1f", tok, kern_tier_name(best), wbytes / dd / 1e6,
-                   (double)kern_row_bytes(type, K) * (double)N_l3 / dc / 1e6, gm);
-            if (peak && (type == KT_F16 || type == KT_Q8_0)) { /* the ceiling again, in the same minute */
-                double f, m;
-                peak_measure(pool, reps, &f, &m);
-                const double pk = type == KT_F16 ? f / 2 : m;
-                printf(" (%.0f%% of %.1f peak)", 100 * gm / pk, pk);
+            /* the packed tiles at the top tier and, below it, at avx2 (the
+             * table's AVX2 vs AVX-512 per type) */
+            const kern_tier ptiers[2] = {KERN_TIER_AVX2, best};
+            for (int pi = best > KERN_TIER_AVX2 ? 0 : 1; pi < 2; pi++) {
+                kern_set_tier(ptiers[pi]);
+                const double dd = time_mm(pool, PACKED, Pd, type, x, y, 1, N_dec, K, scratch, reps);
+                const double dc = time_mm(pool, PACKED, Pc, type, x, y, 1, N_l3, K, scratch, 4 * reps);
+                const double dp = time_mm(pool, PACKED, Pp, type, x, y, (int)T, N_pre, K, scratch, reps);
+                const double gm = (double)N_pre * K * T / dp / 1e6;
+                printf("| %s | packed %s | %.1f | %.1f | %.1f", tok, kern_tier_name(ptiers[pi]), wbytes / dd / 1e6,
+                       (double)kern_row_bytes(type, K) * (double)N_l3 / dc / 1e6, gm);
+                if (peak && (type == KT_F16 || type == KT_Q8_0)) { /* the ceiling again, in the same minute */
+                    double f, m;
+                    peak_measure(pool, reps, &f, &m);
+                    const double pk = type == KT_F16 ? f / 2 : m;
+                    printf(" (%.0f%% of %.1f peak)", 100 * gm / pk, pk);
+                }
+                printf(" |\n");
             }
-            printf(" |\n");
+            kern_set_tier(best);
             const double rd = time_mm(pool, PACKED_REF, Pd, type, x, y, 1, N_dec, K, scratch, 1);
             const double rp = time_mm(pool, PACKED_REF, Pp, type, x, y, (int)T, N_pre, K, scratch, 1);
             printf("| %s | packed plain-C ref (1 thread) | %.1f | - | %.1f |\n", tok, wbytes / rd / 1e6,
