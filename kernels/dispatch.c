@@ -112,27 +112,30 @@ static bool os_allows_amx(void) {
 }
 #endif
 
-/* AMD family 0x19 with AVX-512: Zen 4 (Zen 3, the same family, has none) */
-static bool zen4_detect(void) {
+/* AMD's family with AVX-512 (0x19: Zen 4, Zen 3 has none; 0x1A: Zen 5),
+ * else 0 */
+static unsigned amd_avx512_family(void) {
 #if KERN_X86
     unsigned a, b, c, d;
     if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u || d != 0x69746e65u || c != 0x444d4163u)
-        return false; /* not "AuthenticAMD" */
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+        return 0; /* not "AuthenticAMD" */
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
     const unsigned family = ((a >> 8) & 0xf) + ((a >> 20) & 0xff);
-    return family == 0x19 && __builtin_cpu_supports("avx512f");
+    return __builtin_cpu_supports("avx512f") ? family : 0;
 #else
-    return false;
+    return 0;
 #endif
 }
 /* once (CPUID traps to the hypervisor on these machines; this is asked per matmul) */
-static bool g_zen4;
-static pthread_once_t g_zen4_once = PTHREAD_ONCE_INIT;
-static void zen4_init(void) { g_zen4 = zen4_detect(); }
-bool kern_zmm_halved(void) {
-    pthread_once(&g_zen4_once, zen4_init);
-    return g_zen4;
+static unsigned g_amd512;
+static pthread_once_t g_amd_once = PTHREAD_ONCE_INIT;
+static void amd_init(void) { g_amd512 = amd_avx512_family(); }
+static unsigned amd512(void) {
+    pthread_once(&g_amd_once, amd_init);
+    return g_amd512;
 }
+bool kern_zmm_halved(void) { return amd512() == 0x19; }
+bool kern_attn_prefetch_l2(void) { return amd512() == 0x19 || amd512() == 0x1A; }
 bool kern_prefetch_l2(void) { return kern_zmm_halved(); /* the one CPU each was measured on: Zen 4 */ }
 
 static char g_report[256];
@@ -158,7 +161,8 @@ static void report_fill(void) {
              (x & XCR0_AVX512) == XCR0_AVX512 ? "on" : "off", amx, kern_tier_name(best),
              best >= KERN_TIER_AVX512 && kern_zmm_halved()
                  ? " (512-bit ops in two halves: F16 prefill on the AVX2 tile; decode prefetches into L2)"
-                 : "");
+             : best >= KERN_TIER_AVX512 && kern_attn_prefetch_l2() ? " (decode attention prefetches into L2)"
+                                                                    : "");
 #else
     snprintf(g_report, sizeof g_report, "not x86-64; best tier %s", kern_tier_name(best));
 #endif

@@ -127,6 +127,14 @@ bool kern_zmm_halved(void);
  * of the next attention tile measured 25% slower, so the choice follows
  * the CPU each way was measured on. */
 bool kern_prefetch_l2(void);
+/* The same choice for decode attention's K / V runs (kernels/attn_flash.c):
+ * L2 on Zen 4 and Zen 5 (AMD families 0x19 and 0x1A with AVX-512), L1
+ * elsewhere.  Zen 5 (family 26 model 2, 2 threads, alternating kvant bench
+ * -d 8192 -n 32, synthetic stories110M Q8_0) decoded at 53-60 t/s with
+ * them in L2 against 43-53 in L1, while its weight tiles measured no
+ * better with L2 (F16 tg32 14.6-19.6 t/s against 20.0-21.3; Q8_0, Q4_K_M
+ * within the noise), so the two choices are apart. */
+bool kern_attn_prefetch_l2(void);
 
 /* The row for type t, or NULL if t is not a type kvant knows at all.
  * Known-but-not-computable types (e.g. K-quants before they are
