@@ -296,7 +296,7 @@ typedef struct {
     bool direct_k, direct_v; /* F32 rows used in place (no copy) */
     bool f16_k, f16_v;       /* F16 rows read in place, converted in registers */
     bool in_place;           /* head-major F32 / F16 rows read in place (load_tile's first way) */
-    bool pf_l2;              /* kern_attn_prefetch_l2: tiles prefetched into L2, a step ahead */
+    bool pf_l2;              /* kern_prefetch_l2_amd512: tiles prefetched into L2, a step ahead */
     int n_units, n_qb;
     int chunk;               /* positions per KV chunk (a multiple of the tile) */
     /* split mode: n_items (chunk, group of hg KV heads) items over nth
@@ -349,7 +349,7 @@ static void rope_head(float *x, int pos, const kern_rope_params *p, const float 
 }
 
 /* the cache lines of bytes [p, p + n): into L2 (prefetcht2) where
- * kern_attn_prefetch_l2 (a tile's 256 lines of K and V outnumber the L1's miss
+ * kern_prefetch_l2_amd512 (a tile's 256 lines of K and V outnumber the L1's miss
  * buffers), else into L1 */
 static inline void prefetch_run(const uint8_t *p, size_t n, bool l2) {
     const size_t skew = (uintptr_t)p & 63;
@@ -409,7 +409,7 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
          * block holds the head's rows back to back, so each block's part
          * of the tile is one run of K and one of V, asked for line by line
          * (the hardware prefetcher loses the stream at every block): into
-         * L1, or where kern_attn_prefetch_l2 into L2.  On Zen 4 (family 25
+         * L1, or where kern_prefetch_l2_amd512 into L2.  On Zen 4 (family 25
          * model 17, 2 threads) stories110M Q8_0 decoded at depth 8192 at
          * 58-64 t/s with prefetcht2 against 44-51 with prefetcht0,
          * tinyllama-1.1b at 27 against 23 (alternating kvant bench -d 8192
@@ -690,7 +690,7 @@ static void split_item(const flash_job *j, float *sc, int i) {
     for (int p0 = a; p0 < b; p0 += j->L.tile)
         for (int hk = hk0; hk < hk1; hk++) {
             float *slot = head_slot(j, i, hk - hk0);
-            /* where kern_attn_prefetch_l2, the next (tile, head) step's runs,
+            /* where kern_prefetch_l2_amd512, the next (tile, head) step's runs,
              * asked for while this one computes (a step ahead: on Zen 4
              * stories110M's attention at depth 8192 in 1003-1045 us per
              * layer against 1100-1148, the MQA shape 714-795 against
@@ -769,7 +769,7 @@ void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_
     j.f16_v = kv->type == KT_F16 && d->D % 8 == 0 && d->D <= 256;
     j.in_place = kv->head_stride && (j.direct_k || j.f16_k) && (j.direct_v || j.f16_v) &&
                  kv->row_bytes == (size_t)d->D * (j.f16_k ? 2 : 4);
-    j.pf_l2 = kern_attn_prefetch_l2();
+    j.pf_l2 = kern_prefetch_l2_amd512();
     j.n_qb = (d->T + j.L.Tq - 1) / j.L.Tq;
     j.n_units = j.n_qb * d->Hkv;
     j.chunk = d->split < 0 ? INT_MAX / 2 / j.L.tile * j.L.tile

@@ -112,7 +112,7 @@ PACK_ENTRY(tile_s24_q8, tile_s24q8(nb, CC, y, ldy, w, a, ba))
  * Zen 4 a zmm operation costs two. */
 AI void tile_s24f16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w0, const uint8_t *a, size_t ba) {
     const __m256i sh0 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), sh1 = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
-    const bool far_l2 = kern_prefetch_l2();
+    const bool far_l2 = kern_prefetch_l2_amd512(); /* Zen 4 and Zen 5: kernels/types.h */
     for (int c = 0; c < C; c++) {
         const float *ac = (const float *)(a + (size_t)c * ba);
         const uint8_t *w = w0;

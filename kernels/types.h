@@ -127,14 +127,17 @@ bool kern_zmm_halved(void);
  * of the next attention tile measured 25% slower, so the choice follows
  * the CPU each way was measured on. */
 bool kern_prefetch_l2(void);
-/* The same choice for decode attention's K / V runs (kernels/attn_flash.c):
- * L2 on Zen 4 and Zen 5 (AMD families 0x19 and 0x1A with AVX-512), L1
- * elsewhere.  Zen 5 (family 26 model 2, 2 threads, alternating kvant bench
- * -d 8192 -n 32, synthetic stories110M Q8_0) decoded at 53-60 t/s with
- * them in L2 against 43-53 in L1, while its weight tiles measured no
- * better with L2 (F16 tg32 14.6-19.6 t/s against 20.0-21.3; Q8_0, Q4_K_M
- * within the noise), so the two choices are apart. */
-bool kern_attn_prefetch_l2(void);
+/* The same choice where the L2 way measured better on both AMD AVX-512
+ * generations, Zen 4 and Zen 5 (families 0x19 and 0x1A with AVX-512), L1
+ * elsewhere: decode attention's K / V runs (kernels/attn_flash.c) and the
+ * packed S24_F16 tile (repack_s24_tile.h).  Zen 5 (family 26 model 2, 2
+ * threads, synthetic models, alternating kvant bench -n 32): stories110M
+ * Q8_0 at depth 8192 53-60 t/s with them in L2 against 43-53 in L1;
+ * tinyllama-1.1b S24_F16 24.8-29.5 against 22.7-25.2; while its dense
+ * weight tiles measured no better with L2 (F16 tg32 14.6-19.6 t/s
+ * against 20.0-21.3; Q8_0, Q4_K_M, S24_Q8 within the noise), so the two
+ * choices are apart. */
+bool kern_prefetch_l2_amd512(void);
 
 /* The row for type t, or NULL if t is not a type kvant knows at all.
  * Known-but-not-computable types (e.g. K-quants before they are
