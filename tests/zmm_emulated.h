@@ -26,22 +26,19 @@ typedef float kvz_ps __attribute__((vector_size(64)));
 typedef long long kvz_si __attribute__((vector_size(64)));
 
 #define ZE static inline __attribute__((always_inline))
-ZE __m256 kvz_lo_ps(kvz_ps v) { __m256 h; memcpy(&h, &v, 32); return h; }
-ZE __m256 kvz_hi_ps(kvz_ps v) { __m256 h; memcpy(&h, (const char *)&v + 32, 32); return h; }
-ZE kvz_ps kvz_join_ps(__m256 lo, __m256 hi) {
-    kvz_ps v;
-    memcpy(&v, &lo, 32);
-    memcpy((char *)&v + 32, &hi, 32);
-    return v;
-}
-ZE __m256i kvz_lo_si(kvz_si v) { __m256i h; memcpy(&h, &v, 32); return h; }
-ZE __m256i kvz_hi_si(kvz_si v) { __m256i h; memcpy(&h, (const char *)&v + 32, 32); return h; }
-ZE kvz_si kvz_join_si(__m256i lo, __m256i hi) {
-    kvz_si v;
-    memcpy(&v, &lo, 32);
-    memcpy((char *)&v + 32, &hi, 32);
-    return v;
-}
+/* the two ymm halves of a zmm of type Z (float or integer), and back */
+#define KVZ_HALVES(Z, Y, sfx)                                                                        \
+    ZE Y kvz_lo_##sfx(Z v) { Y h; memcpy(&h, &v, 32); return h; }                                    \
+    ZE Y kvz_hi_##sfx(Z v) { Y h; memcpy(&h, (const char *)&v + 32, 32); return h; }                 \
+    ZE Z kvz_join_##sfx(Y lo, Y hi) {                                                                \
+        Z v;                                                                                         \
+        memcpy(&v, &lo, 32);                                                                         \
+        memcpy((char *)&v + 32, &hi, 32);                                                            \
+        return v;                                                                                    \
+    }
+KVZ_HALVES(kvz_ps, __m256, ps)
+KVZ_HALVES(kvz_si, __m256i, si)
+#undef KVZ_HALVES
 
 ZE kvz_ps kvz_setzero_ps(void) { return (kvz_ps){0}; }
 ZE kvz_ps kvz_set1_ps(float x) { return kvz_join_ps(_mm256_set1_ps(x), _mm256_set1_ps(x)); }
