@@ -17,7 +17,8 @@
  *
  * --peak first measures what the cores can compute, as the ceilings for
  * the prefill column, with every thread of the pool: FP32 FMAs (8
- * independent chains of vfmadd, registers only: GFLOP/s) and the int8 dot
+ * independent chains of vfmadd, registers only, as wide as the row's tier:
+ * ymm, or zmm at avx512: GFLOP/s) and the int8 dot
  * product as the AVX2 packed tiles do it (vpsignb, vpmaddubsw, vpmaddwd,
  * vpaddd against 4 broadcast activation rows, 4 KiB of weights in L1, no
  * block epilogue: GMAC/s); the packed F16 and Q8_0 prefill rows then show
@@ -113,6 +114,20 @@ __attribute__((target("avx2,fma"), noinline)) static float peak_fma(int reps) {
     for (int i = 1; i < 8; i++) t = _mm256_add_ps(t, s[i]);
     return _mm256_cvtss_f32(t);
 }
+/* the same with 512-bit FMAs (16 floats each): the ceiling of the avx512
+ * tier's F16 tiles (on Zen 4 a zmm FMA costs two ymm ones, so this reads
+ * as the ymm figure there; on Zen 5 and the Intel Xeons twice) */
+__attribute__((target("avx512f"), noinline)) static float peak_fma512(int reps) {
+    __m512 s[8];
+    for (int i = 0; i < 8; i++) s[i] = _mm512_set1_ps(0.1f * (float)i);
+    const __m512 x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.999f);
+    for (int r = 0; r < reps; r++)
+        for (int u = 0; u < 64; u++)
+            for (int i = 0; i < 8; i++) s[i] = _mm512_fmadd_ps(s[i], x, y);
+    __m512 t = s[0];
+    for (int i = 1; i < 8; i++) t = _mm512_add_ps(t, s[i]);
+    return _mm512_reduce_add_ps(t);
+}
 __attribute__((target("avx2"), noinline)) static int peak_int8(int reps, const uint8_t *w, const uint8_t *a) {
     __m256i s[4] = {0};
     const __m256i ones = _mm256_set1_epi16(1);
@@ -134,14 +149,20 @@ static void peak_fma_task(void *ctx, int ith, int nth) {
     (void)ith; (void)nth;
     atomic_fetch_add(&((peak_job *)ctx)->sink, (int64_t)peak_fma(PK_REPS));
 }
+static void peak_fma512_task(void *ctx, int ith, int nth) {
+    (void)ith; (void)nth;
+    atomic_fetch_add(&((peak_job *)ctx)->sink, (int64_t)peak_fma512(PK_REPS));
+}
 static void peak_int8_task(void *ctx, int ith, int nth) {
     (void)ith; (void)nth;
     peak_job *j = ctx;
     atomic_fetch_add(&j->sink, peak_int8(PK_REPS / 4, j->w, j->a));
 }
-/* best of reps runs on all threads; false if this CPU lacks AVX2 / FMA */
-static bool peak_measure(core_pool *pool, int reps, double *gflop, double *gmac) {
+/* best of reps runs on all threads, the FMAs as wide as the tier's (zmm
+ * at avx512); false if this CPU lacks AVX2 / FMA */
+static bool peak_measure(core_pool *pool, int reps, kern_tier tier, double *gflop, double *gmac) {
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return false;
+    const bool zmm = tier >= KERN_TIER_AVX512;
     const int n = core_pool_size(pool);
     static peak_job j; /* filled once, read by every thread */
     for (size_t i = 0; i < sizeof j.w; i++) j.w[i] = (uint8_t)(i * 37);
@@ -149,9 +170,9 @@ static bool peak_measure(core_pool *pool, int reps, double *gflop, double *gmac)
     *gflop = *gmac = 0;
     for (int r = 0; r < reps; r++) {
         double t0 = core_time_ms();
-        core_pool_run(pool, peak_fma_task, &j);
+        core_pool_run(pool, zmm ? peak_fma512_task : peak_fma_task, &j);
         double dt = core_time_ms() - t0;
-        const double f = (double)n * PK_REPS * 64 * 8 * 8 * 2 / dt / 1e6;
+        const double f = (double)n * PK_REPS * 64 * 8 * (zmm ? 16 : 8) * 2 / dt / 1e6;
         if (f > *gflop) *gflop = f;
         t0 = core_time_ms();
         core_pool_run(pool, peak_int8_task, &j);
@@ -162,8 +183,8 @@ static bool peak_measure(core_pool *pool, int reps, double *gflop, double *gmac)
     return true;
 }
 #else
-static bool peak_measure(core_pool *pool, int reps, double *gflop, double *gmac) {
-    (void)pool; (void)reps; (void)gflop; (void)gmac;
+static bool peak_measure(core_pool *pool, int reps, kern_tier tier, double *gflop, double *gmac) {
+    (void)pool; (void)reps; (void)tier; (void)gflop; (void)gmac;
     return false;
 }
 #endif
@@ -328,13 +349,13 @@ int main(int argc, char **argv) {
     for (int64_t i = 0; i < T * K; i++) x[i] = frand();
     const kern_tier best = kern_active_tier(); /* the best this CPU runs, or KVANT_TIER's */
     double pk_flop = 0, pk_mac = 0;
-    if (peak && !peak_measure(pool, reps, &pk_flop, &pk_mac)) {
+    if (peak && !peak_measure(pool, reps, best, &pk_flop, &pk_mac)) {
         fprintf(stderr, "kvant-kernels: --peak needs an x86-64 CPU with AVX2 and FMA\n");
         peak = false;
     }
     if (peak)
-        printf("peak, %d threads: FP32 FMA %.1f GFLOP/s (%.1f GMAC/s); int8 x int8 dot (the Q8_0 tile's instructions, L1) %.1f GMAC/s\n",
-               threads, pk_flop, pk_flop / 2, pk_mac);
+        printf("peak, %d threads: FP32 FMA (%s) %.1f GFLOP/s (%.1f GMAC/s); int8 x int8 dot (the Q8_0 tile's instructions, L1) %.1f GMAC/s\n",
+               threads, best >= KERN_TIER_AVX512 ? "zmm" : "ymm", pk_flop, pk_flop / 2, pk_mac);
     printf("threads %d, K %lld; decode: T=1, N=%lld (GB/s of weights); prefill: T=%lld, N=%lld (GMAC/s)\n\n", threads,
            (long long)K, (long long)N_dec, (long long)T, (long long)N_pre);
     printf("| type | kernel | decode GB/s | decode L3 GB/s | prefill GMAC/s |\n|---|---|--:|--:|--:|\n");
@@ -377,7 +398,7 @@ int main(int argc, char **argv) {
                        (double)kern_row_bytes(type, K) * (double)N_l3 / dc / 1e6, gm);
                 if (peak && (type == KT_F16 || type == KT_Q8_0)) { /* the ceiling again, in the same minute */
                     double f, m;
-                    peak_measure(pool, reps, &f, &m);
+                    peak_measure(pool, reps, ptiers[pi], &f, &m);
                     const double pk = type == KT_F16 ? f / 2 : m;
                     printf(" (%.0f%% of %.1f peak)", 100 * gm / pk, pk);
                 }
