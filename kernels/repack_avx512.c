@@ -255,8 +255,15 @@ PACK_ENTRY(tile_q6_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q6))
 PACK_ENTRY(tile_q3_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q3))
 PACK_ENTRY(tile_q2_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q2))
 
-/* the 2:4 sparse S24_Q8 (kernels/repack_s24.c): the shared tile, vpdpbusd dots */
+/* the 2:4 sparse S24_Q8 (kernels/repack_s24.c): the shared tile, vpdpbusd
+ * dots; S24_F16 on zmm where a zmm operation costs one (the emulated build
+ * always: its test is the zmm tile's) */
 #define S24_VNNI 1
+#ifdef KVANT_VNNI_EMULATED
+#define S24_F16_ZMM 1
+#else
+#define S24_F16_ZMM (!kern_zmm_halved())
+#endif
 #include "kernels/repack_s24_tile.h"
 
 kern_pack_tile_fn kern_pack_tile_avx512(int wtype) {
@@ -272,7 +279,7 @@ kern_pack_tile_fn kern_pack_tile_avx512(int wtype) {
     case KT_Q3_K: return tile_q3_k;
     case KT_Q6_K: return tile_q6_k;
     case KT_S24_Q8: return tile_s24_q8;
-    case KT_S24_F16: return tile_s24_f16;
+    case KT_S24_F16: return S24_F16_ZMM ? tile_s24_f16_zmm : tile_s24_f16;
     default: return NULL;
     }
 }

@@ -109,7 +109,7 @@ PACK_ENTRY(tile_s24_q8, tile_s24q8(nb, CC, y, ldy, w, a, ba))
  * by the position word shifted per row (vpsrlvd; vpermilps reads its low
  * 2 bits), one FMA.  The same tile serves the avx512 tier: the work is
  * one permute and one conversion per 8 multiply-adds either way, and on
- * Zen 4 a zmm operation costs two. */
+ * Zen 4 a zmm operation costs two; elsewhere it has a zmm form below. */
 AI void tile_s24f16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w0, const uint8_t *a, size_t ba) {
     const __m256i sh0 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), sh1 = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
     const bool far_l2 = kern_prefetch_l2_amd512(); /* Zen 4 and Zen 5: kernels/types.h */
@@ -139,5 +139,50 @@ AI void tile_s24f16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t
 }
 
 PACK_ENTRY(tile_s24_f16, tile_s24f16(nb, CC, y, ldy, w, a, ba))
+
+#if S24_VNNI
+/* The same tile on 512-bit registers, for the AVX-512 CPUs whose zmm
+ * operations cost one (not Zen 4: kern_zmm_halved).  A group g's two kept
+ * slots are one 32-byte load of 16 halves (slot 0's 8 rows, then slot
+ * 1's), widened to one zmm whose halves are the ymm tile's A[g % 4][0] and
+ * A[g % 4][1]; the activations go to all four 128-bit lanes (vpermilps
+ * permutes inside each) and the position word is shifted by 0, 2 .. 30
+ * across the 16 lanes.  Each lane is the ymm tile's chain, FMA for FMA,
+ * and the halves are summed as it sums its eight: the same bits, with half
+ * the conversions, permutes, shifts and FMAs.  Zen 5 (family 26 model 2),
+ * one thread, matrix in cache (kvant-prune-kernels): 0.61-0.67 of the
+ * packed F16 tile's time per dense weight, against 0.81-0.89 for the ymm
+ * tile; a whole 2:4 tinyllama decode from memory measured the same with
+ * either (alternating tg32 medians 24.8 and 25.0 t/s): there the stream,
+ * not the arithmetic, is the limit. */
+AI void tile_s24f16_zmm(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w0, const uint8_t *a,
+                        size_t ba) {
+    const __m512i sh = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const bool far_l2 = kern_prefetch_l2_amd512();
+    for (int c = 0; c < C; c++) {
+        const float *ac = (const float *)(a + (size_t)c * ba);
+        const uint8_t *w = w0;
+        __m512 A[4];
+        for (int q = 0; q < 4; q++) A[q] = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++, w += 288, ac += QK_S24_F16) {
+            prefetch_block_far(w, 288, C, far_l2);
+            for (int g = 0; g < 8; g++) {
+                const __m512 win = _mm512_broadcast_f32x4(_mm_loadu_ps(ac + 4 * g));
+                int32_t word;
+                memcpy(&word, w + 256 + 4 * g, 4);
+                const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 32 * g)));
+                const __m512 av = _mm512_permutevar_ps(win, _mm512_srlv_epi32(_mm512_set1_epi32(word), sh));
+                A[g % 4] = _mm512_fmadd_ps(wv, av, A[g % 4]);
+            }
+        }
+        __m256 h[4];
+        for (int q = 0; q < 4; q++)
+            h[q] = _mm256_add_ps(_mm512_castps512_ps256(A[q]), _mm512_extractf32x8_ps(A[q], 1));
+        _mm256_storeu_ps(y + (size_t)c * ldy, _mm256_add_ps(_mm256_add_ps(h[0], h[1]), _mm256_add_ps(h[2], h[3])));
+    }
+}
+
+PACK_ENTRY(tile_s24_f16_zmm, tile_s24f16_zmm(nb, CC, y, ldy, w, a, ba))
+#endif
 
 #endif

@@ -1,8 +1,10 @@
-/* zmm_emulated.h - the AVX-512 intrinsics kernels/repack_f16_avx512.c uses,
- * in AVX2 + FMA + F16C, exactly: included before that file is compiled
- * once more for AVX2 (tests/repack_f16_avx512_emulated.c), so the 512-bit
- * F16 and BF16 tiles' logic (pairing, vpermw interleave, odd K, odd group
- * counts) is tested on CPUs without AVX-512 too.
+/* zmm_emulated.h - the AVX-512 intrinsics kernels/repack_f16_avx512.c and
+ * the S24_F16 zmm tile (kernels/repack_s24_tile.h) use, in AVX2 + FMA +
+ * F16C, exactly: included before those files are compiled once more for
+ * AVX2 (tests/repack_f16_avx512_emulated.c, tests/repack_avx512_emulated.c),
+ * so the 512-bit F16, BF16 and S24_F16 tiles' logic (pairing, vpermw
+ * interleave, odd K, odd group counts, the 2:4 lanes) is tested on CPUs
+ * without AVX-512 too.
  *
  * A zmm is a GCC vector of 64 bytes (GCC splits its operations in two, and
  * casts between same-size vectors stay legal, as the kernel's
@@ -88,6 +90,22 @@ ZE kvz_ps kvz_dpbf16_ps(kvz_ps acc, kvz_si a, kvz_si b) {
     return kvz_join_ps(kvz_dpbf16_256(kvz_lo_ps(acc), kvz_lo_si(a), kvz_lo_si(b)),
                        kvz_dpbf16_256(kvz_hi_ps(acc), kvz_hi_si(a), kvz_hi_si(b)));
 }
+/* for the 2:4 S24_F16 zmm tile (kernels/repack_s24_tile.h): vpermilps and
+ * vpsrlvd act per 128-bit lane and per dword, so per ymm half as in AVX2 */
+ZE kvz_si kvz_setr_epi32(int e0, int e1, int e2, int e3, int e4, int e5, int e6, int e7, int e8, int e9, int e10,
+                         int e11, int e12, int e13, int e14, int e15) {
+    return kvz_join_si(_mm256_setr_epi32(e0, e1, e2, e3, e4, e5, e6, e7),
+                       _mm256_setr_epi32(e8, e9, e10, e11, e12, e13, e14, e15));
+}
+ZE kvz_ps kvz_broadcast_f32x4(__m128 x) { return kvz_join_ps(_mm256_set_m128(x, x), _mm256_set_m128(x, x)); }
+ZE kvz_ps kvz_permutevar_ps(kvz_ps v, kvz_si c) {
+    return kvz_join_ps(_mm256_permutevar_ps(kvz_lo_ps(v), kvz_lo_si(c)), _mm256_permutevar_ps(kvz_hi_ps(v), kvz_hi_si(c)));
+}
+ZE kvz_si kvz_srlv_epi32(kvz_si v, kvz_si n) {
+    return kvz_join_si(_mm256_srlv_epi32(kvz_lo_si(v), kvz_lo_si(n)), _mm256_srlv_epi32(kvz_hi_si(v), kvz_hi_si(n)));
+}
+ZE __m256 kvz_castps512_ps256(kvz_ps v) { return kvz_lo_ps(v); }
+ZE __m256 kvz_extractf32x8_ps(kvz_ps v, int i) { return i ? kvz_hi_ps(v) : kvz_lo_ps(v); }
 #undef ZE
 
 /* the names the kernel uses (undefined first: GCC defines some intrinsics
@@ -114,6 +132,12 @@ ZE kvz_ps kvz_dpbf16_ps(kvz_ps acc, kvz_si a, kvz_si b) {
 #undef _mm256_permutexvar_epi16
 #undef _mm512_dpbf16_ps
 #undef _mm256_dpbf16_ps
+#undef _mm512_setr_epi32
+#undef _mm512_broadcast_f32x4
+#undef _mm512_permutevar_ps
+#undef _mm512_srlv_epi32
+#undef _mm512_castps512_ps256
+#undef _mm512_extractf32x8_ps
 #define _mm512_setzero_ps kvz_setzero_ps
 #define _mm512_set1_ps kvz_set1_ps
 #define _mm512_set1_epi32 kvz_set1_epi32
@@ -128,4 +152,10 @@ ZE kvz_ps kvz_dpbf16_ps(kvz_ps acc, kvz_si a, kvz_si b) {
 #define _mm256_permutexvar_epi16 kvz_permutexvar_epi16_256
 #define _mm512_dpbf16_ps kvz_dpbf16_ps
 #define _mm256_dpbf16_ps kvz_dpbf16_256
+#define _mm512_setr_epi32 kvz_setr_epi32
+#define _mm512_broadcast_f32x4 kvz_broadcast_f32x4
+#define _mm512_permutevar_ps kvz_permutevar_ps
+#define _mm512_srlv_epi32 kvz_srlv_epi32
+#define _mm512_castps512_ps256 kvz_castps512_ps256
+#define _mm512_extractf32x8_ps kvz_extractf32x8_ps
 #endif
