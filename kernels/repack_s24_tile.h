@@ -107,9 +107,9 @@ PACK_ENTRY(tile_s24_q8, tile_s24q8(nb, CC, y, ldy, w, a, ba))
  * column group g and kept slot e: the 8 rows' halves widened (vcvtph2ps),
  * the group's 4 activations broadcast to both lanes and permuted in-lane
  * by the position word shifted per row (vpsrlvd; vpermilps reads its low
- * 2 bits), one FMA.  The same tile serves the avx512 tier: the work is
- * one permute and one conversion per 8 multiply-adds either way, and on
- * Zen 4 a zmm operation costs two; elsewhere it has a zmm form below. */
+ * 2 bits), one FMA.  On Zen 4 it serves the avx512 tier too (a zmm
+ * operation costs two there, so a zmm form saves nothing); other AVX-512
+ * CPUs take tile_s24f16_zmm below. */
 AI void tile_s24f16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w0, const uint8_t *a, size_t ba) {
     const __m256i sh0 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), sh1 = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
     const bool far_l2 = kern_prefetch_l2_amd512(); /* Zen 4 and Zen 5: kernels/types.h */
