@@ -196,7 +196,10 @@ static void prep_acts(core_pool *pool, int type, const float *x, void *a, int T,
  * matrix, one thread: 70 vs 96 GB/s of weights; BF16 about even, 70 vs 68;
  * from memory 24 vs 28 GB/s), while prefill (4 groups x 12 rows: the
  * conversion and inserts shared by 12 rows) ran ~1.9x the AVX2 tile's
- * 2 x 6 (T = 48: 108 vs 56 GMAC/s, both types).  Not where 512-bit
+ * 2 x 6 (T = 48: 108 vs 56 GMAC/s, both types).  F16 now prefills in 8
+ * groups x 6 rows (half the broadcasts per FMA): on Zen 5 kvant-kernels'
+ * prefill (T = 64, K = 4096, one thread) 95 against 62 GMAC/s, synthetic
+ * tinyllama-1.1b F16 pp512 (2 threads) 159-168 against 137-159 t/s.  Not where 512-bit
  * operations run as two halves (kern_zmm_halved: Zen 4, family 25 model
  * 17): there the 512-bit F16 prefill tile lost to the AVX2 one (synthetic
  * tinyllama-1.1b F16 pp512, 2 threads: 86-89 vs 103-108 t/s; 6 or 8 rows
@@ -218,8 +221,8 @@ static f16_shape shape_of(bool bf, bool ref) {
         s.tile_acts16 = true;
     } else if (kern_active_tier() >= KERN_TIER_AVX512 && !bf && !kern_zmm_halved()) {
         s.tile = kern_pack_f16_tile_avx512();
-        s.gp = 4;
-        s.tc = 12;
+        s.gp = 8;
+        s.tc = 6;
     }
 #else
     (void)ref;

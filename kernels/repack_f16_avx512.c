@@ -6,8 +6,8 @@
  * broadcast activation and one FMA advance 16 outputs' chains.  Lanes are
  * different outputs, each lane the spec's fmaf chain in k order, so the
  * outputs are the AVX2 tile's and the ref's bits.  An odd group left over runs in a ymm (the same FMA).
- * Prefill: 2 pairs x 12 activation rows (24 chains, the weights converted
- * once per 12 rows; ~1.9x the AVX2 tile).  C = 1 runs 8 pairs (16 groups,
+ * Prefill: 4 pairs x 6 activation rows (24 chains, the weights converted
+ * once per 6 rows; prefill_f16 below says why not 2 x 12).  C = 1 runs 8 pairs (16 groups,
  * 8 chains); the driver decodes with the AVX2 tile instead, which measured
  * faster (kernels/repack_f16.c shape_of), so C = 1 here serves the prefill
  * tails.
@@ -127,32 +127,28 @@ AI void dtile(int64_t K, const int NP, const bool ODD, const int C, float *y, si
 #undef IX8
 
 /* ---- the entries ----------------------------------------------------------------- */
-/* prefill: blocks of 4 groups x <= 12 rows, then a pair, then a single
- * group; dp: BF16's vdpbf16ps tile (BF16 activations), else F16's FMA tile */
-#define TILE(NP, ODD, CC)                                                                          \
-    (dp ? dtile(K, NP, ODD, CC, yg, ldy, wg, (const uint16_t *)ac, ba)                             \
-        : tile(K, NP, ODD, CC, yg, ldy, wg, (const float *)ac, ba))
+/* BF16 prefill: blocks of 4 groups x <= 12 rows, then a pair, then a single group */
 #define C_CASES(NP, ODD)                                                                           \
     switch (cc) {                                                                                  \
-    case 1: TILE(NP, ODD, 1); break;                                                               \
-    case 2: TILE(NP, ODD, 2); break;                                                               \
-    case 3: TILE(NP, ODD, 3); break;                                                               \
-    case 4: TILE(NP, ODD, 4); break;                                                               \
-    case 5: TILE(NP, ODD, 5); break;                                                               \
-    case 6: TILE(NP, ODD, 6); break;                                                               \
-    case 7: TILE(NP, ODD, 7); break;                                                               \
-    case 8: TILE(NP, ODD, 8); break;                                                               \
-    case 9: TILE(NP, ODD, 9); break;                                                               \
-    case 10: TILE(NP, ODD, 10); break;                                                             \
-    case 11: TILE(NP, ODD, 11); break;                                                             \
-    default: TILE(NP, ODD, 12); break;                                                             \
+    case 1: dtile(K, NP, ODD, 1, yg, ldy, wg, ac, ba); break;                                      \
+    case 2: dtile(K, NP, ODD, 2, yg, ldy, wg, ac, ba); break;                                      \
+    case 3: dtile(K, NP, ODD, 3, yg, ldy, wg, ac, ba); break;                                      \
+    case 4: dtile(K, NP, ODD, 4, yg, ldy, wg, ac, ba); break;                                      \
+    case 5: dtile(K, NP, ODD, 5, yg, ldy, wg, ac, ba); break;                                      \
+    case 6: dtile(K, NP, ODD, 6, yg, ldy, wg, ac, ba); break;                                      \
+    case 7: dtile(K, NP, ODD, 7, yg, ldy, wg, ac, ba); break;                                      \
+    case 8: dtile(K, NP, ODD, 8, yg, ldy, wg, ac, ba); break;                                      \
+    case 9: dtile(K, NP, ODD, 9, yg, ldy, wg, ac, ba); break;                                      \
+    case 10: dtile(K, NP, ODD, 10, yg, ldy, wg, ac, ba); break;                                    \
+    case 11: dtile(K, NP, ODD, 11, yg, ldy, wg, ac, ba); break;                                    \
+    default: dtile(K, NP, ODD, 12, yg, ldy, wg, ac, ba); break;                                    \
     }
-AI void prefill_blocks(const bool dp, int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const void *a,
-                       size_t ba) {
+static void prefill_bf16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const uint16_t *a,
+                         size_t ba) {
     const size_t gs = (size_t)K * KERN_PACK_ROWS;
     for (int c0 = 0; c0 < C; c0 += 12) {
         const int cc = C - c0 < 12 ? C - c0 : 12;
-        const void *ac = (const char *)a + (size_t)c0 * ba * (dp ? sizeof(uint16_t) : sizeof(float));
+        const uint16_t *ac = a + (size_t)c0 * ba;
         int g = 0;
         for (; G - g >= 4; g += 4) {
             float *yg = y + (size_t)c0 * ldy + (size_t)g * 8;
@@ -167,10 +163,51 @@ AI void prefill_blocks(const bool dp, int64_t K, int G, int C, float *y, size_t 
     }
 }
 #undef C_CASES
-#undef TILE
+
+/* F16 prefill: blocks of 8 groups x <= 6 rows (4 pairs: four conversions
+ * per k shared by 6 rows, 6 broadcasts per 24 FMAs), then what is left of
+ * the groups as pairs and a single one.  Chosen on Zen 5 over BF16's 4 x 12
+ * (half the conversions, twice the broadcasts): the tile alone, one
+ * thread, K = 256 and 4096, ran at 95-103 GMAC/s against 61-88 (peak
+ * 110), 3 pairs x 8 rows at 87-101. */
+#define C_CASES(NP, ODD)                                                                           \
+    switch (cc) {                                                                                  \
+    case 1: tile(K, NP, ODD, 1, yg, ldy, wg, ac, ba); break;                                       \
+    case 2: tile(K, NP, ODD, 2, yg, ldy, wg, ac, ba); break;                                       \
+    case 3: tile(K, NP, ODD, 3, yg, ldy, wg, ac, ba); break;                                       \
+    case 4: tile(K, NP, ODD, 4, yg, ldy, wg, ac, ba); break;                                       \
+    case 5: tile(K, NP, ODD, 5, yg, ldy, wg, ac, ba); break;                                       \
+    default: tile(K, NP, ODD, 6, yg, ldy, wg, ac, ba); break;                                      \
+    }
+static void prefill_f16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const float *a, size_t ba) {
+    const size_t gs = (size_t)K * KERN_PACK_ROWS;
+    for (int c0 = 0; c0 < C; c0 += 6) {
+        const int cc = C - c0 < 6 ? C - c0 : 6;
+        const float *ac = a + (size_t)c0 * ba;
+        int g = 0;
+        for (; G - g >= 8; g += 8) {
+            float *yg = y + (size_t)c0 * ldy + (size_t)g * 8;
+            const uint16_t *wg = w + (size_t)g * gs;
+            C_CASES(4, false)
+        }
+        float *yg = y + (size_t)c0 * ldy + (size_t)g * 8;
+        const uint16_t *wg = w + (size_t)g * gs;
+        switch (G - g) {
+        case 0: break;
+        case 1: C_CASES(0, true) break;
+        case 2: C_CASES(1, false) break;
+        case 3: C_CASES(1, true) break;
+        case 4: C_CASES(2, false) break;
+        case 5: C_CASES(2, true) break;
+        case 6: C_CASES(3, false) break;
+        default: C_CASES(3, true) break;
+        }
+    }
+}
+#undef C_CASES
 
 /* any G x C of F16: decode (C = 1) in blocks of 16 groups, then pairs;
- * prefill as prefill_blocks */
+ * prefill as prefill_f16 */
 static void tile_f16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const void *av, size_t ba) {
     const float *a = av;
     const size_t gs = (size_t)K * KERN_PACK_ROWS;
@@ -199,12 +236,12 @@ static void tile_f16(int64_t K, int G, int C, float *y, size_t ldy, const uint16
         }
         return;
     }
-    prefill_blocks(false, K, G, C, y, ldy, w, a, ba);
+    prefill_f16(K, G, C, y, ldy, w, a, ba);
 }
 
 /* any G x C of BF16 (the driver gives it prefill only; decode runs the AVX2 tile) */
 static void tile_bf16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const void *a, size_t ba) {
-    prefill_blocks(true, K, G, C, y, ldy, w, a, ba);
+    prefill_bf16(K, G, C, y, ldy, w, a, ba);
 }
 
 kern_pack_f16_tile_fn kern_pack_f16_tile_avx512(void) { return tile_f16; }
