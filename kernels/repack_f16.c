@@ -196,10 +196,10 @@ static void prep_acts(core_pool *pool, int type, const float *x, void *a, int T,
  * matrix, one thread: 70 vs 96 GB/s of weights; BF16 about even, 70 vs 68;
  * from memory 24 vs 28 GB/s), while prefill (4 groups x 12 rows: the
  * conversion and inserts shared by 12 rows) ran ~1.9x the AVX2 tile's
- * 2 x 6 (T = 48: 108 vs 56 GMAC/s, both types).  F16 now prefills in 8
- * groups x 6 rows (half the broadcasts per FMA): on Zen 5 kvant-kernels'
- * prefill (T = 64, K = 4096, one thread) 95 against 62 GMAC/s, synthetic
- * tinyllama-1.1b F16 pp512 (2 threads) 159-168 against 137-159 t/s.  Not where 512-bit
+ * 2 x 6 (T = 48: 108 vs 56 GMAC/s, both types).  Both now prefill in 8
+ * groups x 6 rows (half the broadcasts per FMA; kernels/repack_f16_avx512.c
+ * prefill), except BF16 on Zen 4: on Zen 5 kvant-kernels' F16 prefill
+ * (T = 64, K = 4096, one thread) 95 against 62 GMAC/s.  Not where 512-bit
  * operations run as two halves (kern_zmm_halved: Zen 4, family 25 model
  * 17): there the 512-bit F16 prefill tile lost to the AVX2 one (synthetic
  * tinyllama-1.1b F16 pp512, 2 threads: 86-89 vs 103-108 t/s; 6 or 8 rows
@@ -215,9 +215,9 @@ static f16_shape shape_of(bool bf, bool ref) {
         s = (f16_shape){t2, t2, 8, 2, 6, false};
     }
     if (kern_active_tier() >= KERN_TIER_AVX512 && bf && kern_pack_bf16_tile_avx512()) {
-        s.tile = kern_pack_bf16_tile_avx512();
-        s.gp = 4;
-        s.tc = 12;
+        s.tile = kern_pack_bf16_tile_avx512(); /* its blocks: 8 groups x 6 rows, 4 x 12 on Zen 4 */
+        s.gp = kern_zmm_halved() ? 4 : 8;
+        s.tc = kern_zmm_halved() ? 12 : 6;
         s.tile_acts16 = true;
     } else if (kern_active_tier() >= KERN_TIER_AVX512 && !bf && !kern_zmm_halved()) {
         s.tile = kern_pack_f16_tile_avx512();

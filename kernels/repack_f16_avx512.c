@@ -127,87 +127,75 @@ AI void dtile(int64_t K, const int NP, const bool ODD, const int C, float *y, si
 #undef IX8
 
 /* ---- the entries ----------------------------------------------------------------- */
-/* BF16 prefill: blocks of 4 groups x <= 12 rows, then a pair, then a single group */
-#define C_CASES(NP, ODD)                                                                           \
-    switch (cc) {                                                                                  \
-    case 1: dtile(K, NP, ODD, 1, yg, ldy, wg, ac, ba); break;                                      \
-    case 2: dtile(K, NP, ODD, 2, yg, ldy, wg, ac, ba); break;                                      \
-    case 3: dtile(K, NP, ODD, 3, yg, ldy, wg, ac, ba); break;                                      \
-    case 4: dtile(K, NP, ODD, 4, yg, ldy, wg, ac, ba); break;                                      \
-    case 5: dtile(K, NP, ODD, 5, yg, ldy, wg, ac, ba); break;                                      \
-    case 6: dtile(K, NP, ODD, 6, yg, ldy, wg, ac, ba); break;                                      \
-    case 7: dtile(K, NP, ODD, 7, yg, ldy, wg, ac, ba); break;                                      \
-    case 8: dtile(K, NP, ODD, 8, yg, ldy, wg, ac, ba); break;                                      \
-    case 9: dtile(K, NP, ODD, 9, yg, ldy, wg, ac, ba); break;                                      \
-    case 10: dtile(K, NP, ODD, 10, yg, ldy, wg, ac, ba); break;                                    \
-    case 11: dtile(K, NP, ODD, 11, yg, ldy, wg, ac, ba); break;                                    \
-    default: dtile(K, NP, ODD, 12, yg, ldy, wg, ac, ba); break;                                    \
+/* Prefill in blocks of 2 NPB groups x CB rows, then what is left of the
+ * groups as pairs and a single one; dp: BF16's vdpbf16ps tile (BF16
+ * activations), else F16's FMA tile.  8 groups x 6 rows (4 pairs: four
+ * conversions per k shared by 6 rows, 6 broadcasts per 24 FMAs) where a
+ * zmm operation costs one: on Zen 5 the F16 tile alone (one thread,
+ * K = 256 and 4096) ran at 95-103 GMAC/s against 61-88 for 4 groups x 12
+ * rows (twice the broadcasts; peak 110), 3 pairs x 8 rows 87-101; and
+ * synthetic tinyllama-1.1b pp512 (2 threads, alternating) F16 159-168
+ * against 137-159 t/s, BF16 294-322 against 259-308 (ahead in 9 of 10
+ * rounds).  4 groups x 12 rows
+ * for BF16 where zmm operations run as halves (kern_zmm_halved, Zen 4:
+ * what was measured there, above; F16 takes the AVX2 tile there). */
+#define TL(NP, ODD, CC)                                                                                     \
+    (dp ? dtile(K, NP, ODD, CC, yg, ldy, wg, (const uint16_t *)ac, ba)                                      \
+        : tile(K, NP, ODD, CC, yg, ldy, wg, (const float *)ac, ba))
+/* the tile for cc (1 .. CB) rows */
+#define ROWS(NP, ODD)                                                                                       \
+    switch (cc) {                                                                                           \
+    case 1: TL(NP, ODD, 1); break;                                                                          \
+    case 2: TL(NP, ODD, 2); break;                                                                          \
+    case 3: TL(NP, ODD, 3); break;                                                                          \
+    case 4: TL(NP, ODD, 4); break;                                                                          \
+    case 5: TL(NP, ODD, 5); break;                                                                          \
+    default:                                                                                                \
+        if (CB == 6) TL(NP, ODD, 6);                                                                        \
+        else switch (cc) {                                                                                  \
+            case 6: TL(NP, ODD, 6); break;                                                                  \
+            case 7: TL(NP, ODD, 7); break;                                                                  \
+            case 8: TL(NP, ODD, 8); break;                                                                  \
+            case 9: TL(NP, ODD, 9); break;                                                                  \
+            case 10: TL(NP, ODD, 10); break;                                                                \
+            case 11: TL(NP, ODD, 11); break;                                                                \
+            default: TL(NP, ODD, 12); break;                                                                \
+            }                                                                                               \
     }
-static void prefill_bf16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const uint16_t *a,
-                         size_t ba) {
+AI void prefill(const bool dp, const int NPB, const int CB, int64_t K, int G, int C, float *y, size_t ldy,
+                const uint16_t *w, const void *a, size_t ba) {
     const size_t gs = (size_t)K * KERN_PACK_ROWS;
-    for (int c0 = 0; c0 < C; c0 += 12) {
-        const int cc = C - c0 < 12 ? C - c0 : 12;
-        const uint16_t *ac = a + (size_t)c0 * ba;
+    for (int c0 = 0; c0 < C; c0 += CB) {
+        const int cc = C - c0 < CB ? C - c0 : CB;
+        const void *ac = (const char *)a + (size_t)c0 * ba * (dp ? sizeof(uint16_t) : sizeof(float));
         int g = 0;
-        for (; G - g >= 4; g += 4) {
+        for (; G - g >= 2 * NPB; g += 2 * NPB) {
             float *yg = y + (size_t)c0 * ldy + (size_t)g * 8;
             const uint16_t *wg = w + (size_t)g * gs;
-            C_CASES(2, false)
+            ROWS(NPB, false)
         }
         float *yg = y + (size_t)c0 * ldy + (size_t)g * 8;
         const uint16_t *wg = w + (size_t)g * gs;
-        if (G - g == 3) { C_CASES(1, true) }
-        else if (G - g == 2) { C_CASES(1, false) }
-        else if (G - g == 1) { C_CASES(0, true) }
-    }
-}
-#undef C_CASES
-
-/* F16 prefill: blocks of 8 groups x <= 6 rows (4 pairs: four conversions
- * per k shared by 6 rows, 6 broadcasts per 24 FMAs), then what is left of
- * the groups as pairs and a single one.  Chosen on Zen 5 over BF16's 4 x 12
- * (half the conversions, twice the broadcasts): the tile alone, one
- * thread, K = 256 and 4096, ran at 95-103 GMAC/s against 61-88 (peak
- * 110), 3 pairs x 8 rows at 87-101. */
-#define C_CASES(NP, ODD)                                                                           \
-    switch (cc) {                                                                                  \
-    case 1: tile(K, NP, ODD, 1, yg, ldy, wg, ac, ba); break;                                       \
-    case 2: tile(K, NP, ODD, 2, yg, ldy, wg, ac, ba); break;                                       \
-    case 3: tile(K, NP, ODD, 3, yg, ldy, wg, ac, ba); break;                                       \
-    case 4: tile(K, NP, ODD, 4, yg, ldy, wg, ac, ba); break;                                       \
-    case 5: tile(K, NP, ODD, 5, yg, ldy, wg, ac, ba); break;                                       \
-    default: tile(K, NP, ODD, 6, yg, ldy, wg, ac, ba); break;                                      \
-    }
-static void prefill_f16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const float *a, size_t ba) {
-    const size_t gs = (size_t)K * KERN_PACK_ROWS;
-    for (int c0 = 0; c0 < C; c0 += 6) {
-        const int cc = C - c0 < 6 ? C - c0 : 6;
-        const float *ac = a + (size_t)c0 * ba;
-        int g = 0;
-        for (; G - g >= 8; g += 8) {
-            float *yg = y + (size_t)c0 * ldy + (size_t)g * 8;
-            const uint16_t *wg = w + (size_t)g * gs;
-            C_CASES(4, false)
-        }
-        float *yg = y + (size_t)c0 * ldy + (size_t)g * 8;
-        const uint16_t *wg = w + (size_t)g * gs;
-        switch (G - g) {
+        switch (G - g) { /* 0 .. 2 NPB - 1 groups left */
         case 0: break;
-        case 1: C_CASES(0, true) break;
-        case 2: C_CASES(1, false) break;
-        case 3: C_CASES(1, true) break;
-        case 4: C_CASES(2, false) break;
-        case 5: C_CASES(2, true) break;
-        case 6: C_CASES(3, false) break;
-        default: C_CASES(3, true) break;
+        case 1: ROWS(0, true) break;
+        case 2: ROWS(1, false) break;
+        case 3: ROWS(1, true) break;
+        default:
+            if (NPB > 2) switch (G - g) {
+                case 4: ROWS(2, false) break;
+                case 5: ROWS(2, true) break;
+                case 6: ROWS(3, false) break;
+                default: ROWS(3, true) break;
+                }
         }
     }
 }
-#undef C_CASES
+#undef ROWS
+#undef TL
 
 /* any G x C of F16: decode (C = 1) in blocks of 16 groups, then pairs;
- * prefill as prefill_f16 */
+ * prefill in blocks of 8 groups x 6 rows */
 static void tile_f16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const void *av, size_t ba) {
     const float *a = av;
     const size_t gs = (size_t)K * KERN_PACK_ROWS;
@@ -236,14 +224,21 @@ static void tile_f16(int64_t K, int G, int C, float *y, size_t ldy, const uint16
         }
         return;
     }
-    prefill_f16(K, G, C, y, ldy, w, a, ba);
+    prefill(false, 4, 6, K, G, C, y, ldy, w, a, ba);
 }
 
-/* any G x C of BF16 (the driver gives it prefill only; decode runs the AVX2 tile) */
+/* any G x C of BF16 (the driver gives it prefill only; decode runs the
+ * AVX2 tile): 8 groups x 6 rows, or 4 x 12 where zmm operations run as
+ * halves (kernels/repack_f16.c shape_of blocks the work the same way) */
 static void tile_bf16(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const void *a, size_t ba) {
-    prefill_bf16(K, G, C, y, ldy, w, a, ba);
+    prefill(true, 4, 6, K, G, C, y, ldy, w, a, ba);
+}
+static void tile_bf16_halved(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const void *a,
+                             size_t ba) {
+    prefill(true, 2, 12, K, G, C, y, ldy, w, a, ba);
 }
 
 kern_pack_f16_tile_fn kern_pack_f16_tile_avx512(void) { return tile_f16; }
-kern_pack_f16_tile_fn kern_pack_bf16_tile_avx512(void) { return kern_has_avx512_bf16() ? tile_bf16 : NULL; }
-
+kern_pack_f16_tile_fn kern_pack_bf16_tile_avx512(void) {
+    return !kern_has_avx512_bf16() ? NULL : kern_zmm_halved() ? tile_bf16_halved : tile_bf16;
+}

@@ -18,6 +18,7 @@ kern_pack_f16_tile_fn kern_pack_bf16_tile_avx512(void); /* unused: AVX512_BF16 o
 
 kern_pack_f16_tile_fn kern_pack_f16_tile_avx512_emulated(void);
 kern_pack_f16_tile_fn kern_pack_bf16_tile_avx512_emulated(void);
+kern_pack_f16_tile_fn kern_pack_bf16_tile_avx512_halved_emulated(void);
 
 static void tile_bf16_flushing(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w, const void *a,
                                size_t ba) {
@@ -26,4 +27,13 @@ static void tile_bf16_flushing(int64_t K, int G, int C, float *y, size_t ldy, co
     tile_bf16(K, G, C, y, ldy, w, a, ba);
     _mm_setcsr(csr);
 }
+/* the 4 groups x 12 rows blocks of Zen 4 */
+static void tile_bf16_halved_flushing(int64_t K, int G, int C, float *y, size_t ldy, const uint16_t *w,
+                                      const void *a, size_t ba) {
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u);
+    tile_bf16_halved(K, G, C, y, ldy, w, a, ba);
+    _mm_setcsr(csr);
+}
 kern_pack_f16_tile_fn kern_pack_bf16_tile_avx512_emulated(void) { return tile_bf16_flushing; }
+kern_pack_f16_tile_fn kern_pack_bf16_tile_avx512_halved_emulated(void) { return tile_bf16_halved_flushing; }

@@ -49,6 +49,7 @@ static const int TYPES[2] = {KT_F16, KT_BF16};
  * emulated exactly (tests/repack_f16_avx512_emulated.c) */
 kern_pack_f16_tile_fn kern_pack_f16_tile_avx512_emulated(void);
 kern_pack_f16_tile_fn kern_pack_bf16_tile_avx512_emulated(void);
+kern_pack_f16_tile_fn kern_pack_bf16_tile_avx512_halved_emulated(void); /* Zen 4's blocks */
 #endif
 
 /* N x K weights of type t (16-bit values), a spread of magnitudes; a few exact zeros */
@@ -191,16 +192,20 @@ static void test_tile_shapes(void **state) {
             const char *name;
             kern_pack_f16_tile_fn f;
             bool acts16; /* takes BF16 activations (uint16) */
-        } tiles[3] = {{"avx2", NULL, false}, {"avx512", NULL, t == KT_BF16}, {"avx512 emulated", NULL, t == KT_BF16}};
+        } tiles[4] = {{"avx2", NULL, false},
+                      {"avx512", NULL, t == KT_BF16},
+                      {"avx512 emulated", NULL, t == KT_BF16},
+                      {"avx512 emulated, 4 x 12 blocks", NULL, true}};
 #if defined(__x86_64__)
         if (best >= KERN_TIER_AVX2) {
             tiles[0].f = t == KT_BF16 ? kern_pack_bf16_tile_avx2() : kern_pack_f16_tile_avx2();
             tiles[2].f = t == KT_BF16 ? kern_pack_bf16_tile_avx512_emulated() : kern_pack_f16_tile_avx512_emulated();
+            if (t == KT_BF16) tiles[3].f = kern_pack_bf16_tile_avx512_halved_emulated();
         }
         if (best >= KERN_TIER_AVX512)
             tiles[1].f = t == KT_BF16 ? kern_pack_bf16_tile_avx512() : kern_pack_f16_tile_avx512();
 #endif
-        if (!tiles[0].f && !tiles[1].f && !tiles[2].f) continue;
+        if (!tiles[0].f && !tiles[1].f && !tiles[2].f) continue; /* tiles[3] only with tiles[2] */
         uint16_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
         kern_pack(W, t, N, K, P, 0, GMAX);
         float *x = malloc(sizeof(float) * CMAX * K), *a = malloc(sizeof(float) * CMAX * K),
@@ -210,7 +215,7 @@ static void test_tile_shapes(void **state) {
         uint16_t *a16 = malloc(sizeof(uint16_t) * CMAX * K); /* BF16's avx512 tile takes BF16 values */
         kern_type_get(t)->from_float_ref(x, a16, CMAX * K);
         kern_matmul_packed_ref(P, t, x, yr, CMAX, N, K);
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
             if (!tiles[i].f) continue;
             const void *ai = tiles[i].acts16 ? (const void *)a16 : (const void *)a;
             for (int G = 1; G <= GMAX; G++)
