@@ -7,8 +7,8 @@
  * different outputs, each lane the spec's fmaf chain in k order, so the
  * outputs are the AVX2 tile's and the ref's bits.  An odd group left over runs in a ymm (the same FMA).
  * Prefill: 4 pairs x 6 activation rows (24 chains, the weights converted
- * once per 6 rows; prefill_f16 below says why not 2 x 12).  C = 1 runs 8 pairs (16 groups,
- * 8 chains); the driver decodes with the AVX2 tile instead, which measured
+ * once per 6 rows; prefill below says why not 2 x 12).  C = 1 runs 8
+ * pairs (16 groups, 8 chains); the driver decodes with the AVX2 tile instead, which measured
  * faster (kernels/repack_f16.c shape_of), so C = 1 here serves the prefill
  * tails.
  *
@@ -17,8 +17,8 @@
  * (the two 32-byte runs of elements k and k + 1 joined by one vinserti64x4,
  * interleaved by one vpermw); the activation pair is one broadcast dword of
  * the BF16 row; one vdpbf16ps advances 16 outputs by two multiply-adds,
- * element k + 1 first.  Same shapes as F16's tile, the weights' shuffles
- * shared by up to 12 rows.  Synthetic tinyllama-1.1b BF16 pp512 on Zen 4
+ * element k + 1 first.  Same shapes as F16's tile (4 x 12 on Zen 4), the
+ * weights' shuffles shared by the rows.  Synthetic tinyllama-1.1b BF16 pp512 on Zen 4
  * (2 threads, 512-bit operations in halves): 180-187 t/s against 104 on
  * the AVX2 FMA tile, llama.cpp 136-145 in the same minutes. */
 #include <immintrin.h>
