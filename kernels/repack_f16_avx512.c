@@ -8,9 +8,9 @@
  * outputs are the AVX2 tile's and the ref's bits.  An odd group left over runs in a ymm (the same FMA).
  * Prefill: 4 pairs x 6 activation rows (24 chains, the weights converted
  * once per 6 rows; prefill below says why not 2 x 12).  C = 1 runs 8
- * pairs (16 groups, 8 chains); the driver decodes with the AVX2 tile instead, which measured
- * faster (kernels/repack_f16.c shape_of), so C = 1 here serves the prefill
- * tails.
+ * pairs (16 groups, 8 chains); the driver decodes with the AVX2 tile
+ * instead, which measured faster (kernels/repack_f16.c shape_of), so C = 1
+ * here serves the prefill tails.
  *
  * BF16 (AVX512_BF16): vdpbf16ps, the spec's own arithmetic.  A zmm holds
  * the pair (k, k + 1) of two groups' 8 rows, [row: k, k + 1] in each dword
@@ -18,9 +18,10 @@
  * interleaved by one vpermw); the activation pair is one broadcast dword of
  * the BF16 row; one vdpbf16ps advances 16 outputs by two multiply-adds,
  * element k + 1 first.  Same shapes as F16's tile (4 x 12 on Zen 4), the
- * weights' shuffles shared by the rows.  Synthetic tinyllama-1.1b BF16 pp512 on Zen 4
- * (2 threads, 512-bit operations in halves): 180-187 t/s against 104 on
- * the AVX2 FMA tile, llama.cpp 136-145 in the same minutes. */
+ * weights' shuffles shared by the rows.  Synthetic tinyllama-1.1b BF16
+ * pp512 on Zen 4 (2 threads, 512-bit operations in halves): 180-187 t/s
+ * against 104 on the AVX2 FMA tile, llama.cpp 136-145 in the same
+ * minutes. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -136,9 +137,9 @@ AI void dtile(int64_t K, const int NP, const bool ODD, const int C, float *y, si
  * rows (twice the broadcasts; peak 110), 3 pairs x 8 rows 87-101; and
  * synthetic tinyllama-1.1b pp512 (2 threads, alternating) F16 159-168
  * against 137-159 t/s, BF16 294-322 against 259-308 (ahead in 9 of 10
- * rounds).  4 groups x 12 rows
- * for BF16 where zmm operations run as halves (kern_zmm_halved, Zen 4:
- * what was measured there, above; F16 takes the AVX2 tile there). */
+ * rounds).  4 groups x 12 rows for BF16 where zmm operations run as
+ * halves (kern_zmm_halved, Zen 4: what was measured there, above; F16
+ * takes the AVX2 tile there). */
 #define TL(NP, ODD, CC)                                                                                     \
     (dp ? dtile(K, NP, ODD, CC, yg, ldy, wg, (const uint16_t *)ac, ba)                                      \
         : tile(K, NP, ODD, CC, yg, ldy, wg, (const float *)ac, ba))
