@@ -210,19 +210,20 @@ static f16_shape shape_of(bool bf, bool ref) {
     f16_shape s = {bf ? tile_ref_bf16 : tile_ref_f16, bf ? tile_ref_bf16 : tile_ref_f16, 8, 2, 6, false};
 #if defined(__x86_64__) || defined(_M_X64)
     if (ref) return s;
-    if (kern_active_tier() >= KERN_TIER_AVX2) {
+    const kern_tier tier = kern_active_tier();
+    if (tier >= KERN_TIER_AVX2) {
         const kern_pack_f16_tile_fn t2 = bf ? kern_pack_bf16_tile_avx2() : kern_pack_f16_tile_avx2();
         s = (f16_shape){t2, t2, 8, 2, 6, false};
     }
-    if (kern_active_tier() >= KERN_TIER_AVX512 && bf && kern_pack_bf16_tile_avx512()) {
-        s.tile = kern_pack_bf16_tile_avx512(); /* its blocks: 8 groups x 6 rows, 4 x 12 on Zen 4 */
-        s.gp = kern_zmm_halved() ? 4 : 8;
-        s.tc = kern_zmm_halved() ? 12 : 6;
-        s.tile_acts16 = true;
-    } else if (kern_active_tier() >= KERN_TIER_AVX512 && !bf && !kern_zmm_halved()) {
-        s.tile = kern_pack_f16_tile_avx512();
-        s.gp = 8;
-        s.tc = 6;
+    if (tier < KERN_TIER_AVX512) return s;
+    /* the 512-bit tiles' own blocks: 8 groups x 6 rows, BF16's 4 x 12 on Zen 4 */
+    const bool halved = kern_zmm_halved();
+    const kern_pack_f16_tile_fn t512 = bf ? kern_pack_bf16_tile_avx512() : halved ? NULL : kern_pack_f16_tile_avx512();
+    if (t512) {
+        s.tile = t512;
+        s.gp = bf && halved ? 4 : 8;
+        s.tc = bf && halved ? 12 : 6;
+        s.tile_acts16 = bf;
     }
 #else
     (void)ref;
