@@ -392,6 +392,7 @@ typedef struct {
     int64_t ns;             /* PTQ: sub-blocks per header (kernels/repack_ptq.c) */
     kern_pack_ptq_tile_fn ptile; /* PTQ: NULL, the plain-C spec */
     kern_pack_tile_fn tile; /* NULL: tile_ref */
+    kern_pack_dec_fn dec;   /* T = 1: KERN_PACK_DEC groups at once, or NULL */
     const uint8_t *a;       /* T activation rows (D->atype) */
     const float *ad;        /* T x nb scales */
     const int32_t *as;      /* T x nb x D->n_ax extras */
@@ -418,6 +419,10 @@ static void group_tile(const pack_job *j, const kern_packed_out *o, int64_t g, i
 
 static void pack_groups(const pack_job *j, const kern_packed_out *o, int64_t lo, int64_t hi) {
     const int64_t N = o->N;
+    if (j->dec) /* T = 1: runs of whole groups */
+        for (; lo + KERN_PACK_DEC <= hi && (lo + KERN_PACK_DEC) * KERN_PACK_ROWS <= N; lo += KERN_PACK_DEC)
+            j->dec(j->nb, o->y + (size_t)lo * KERN_PACK_ROWS, (const uint8_t *)o->P + (size_t)lo * j->gbytes, j->gbytes,
+                   j->a);
     for (int64_t g = lo; g < hi; g++) {
         const bool full = (g + 1) * KERN_PACK_ROWS <= N;
         for (int t0 = 0; t0 < j->T; t0 += 4) {
@@ -442,7 +447,8 @@ static void pack_task(void *ctx, int ith, int nth) {
     pack_job *j = ctx;
     const int64_t G = j->g_end[j->n_out - 1];
     (void)ith;
-    for (int64_t lo, hi; core_chunk_guided(&j->next, G, nth, 2, 1, &lo, &hi);)
+    const int64_t align = j->dec ? KERN_PACK_DEC : 1; /* chunks of whole runs for dec */
+    for (int64_t lo, hi; core_chunk_guided(&j->next, G, nth, 2, align, &lo, &hi);)
         for (int i = 0; i < j->n_out && lo < hi; i++) {
             if (lo >= j->g_end[i]) continue;
             const int64_t g0 = i ? j->g_end[i - 1] : 0, e = hi < j->g_end[i] ? hi : j->g_end[i];
@@ -527,7 +533,7 @@ static void prep_acts(core_pool *pool, const pack_desc *D, const kern_from_float
 
 /* ref: one thread, the plain-C tile (or `tile` when not NULL), the _ref quantizers */
 static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out *out, int n_out, const float *x, int T,
-                int64_t K, bool ref, kern_pack_tile_fn tile, kern_pack_ptq_tile_fn ptile) {
+                int64_t K, bool ref, kern_pack_tile_fn tile, kern_pack_dec_fn dec, kern_pack_ptq_tile_fn ptile) {
     const bool ptq = kern_ptq_is(wtype);
     const pack_desc *D = ptq ? &PTQ_DESC : desc_of(wtype);
     CORE_ASSERT(D && K % D->qk == 0 && T >= 1 && n_out >= 1 && n_out <= KERN_PACK_MAX_OUT);
@@ -544,11 +550,15 @@ static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out
         work += (double)out[i].N * (double)K * T;
     }
     j.tile = tile;
+    j.dec = T == 1 ? dec : NULL;
     j.ptile = ptile;
 #if PACK_X86
     if (!ref && ptq && kern_active_tier() >= KERN_TIER_AVX512) j.ptile = kern_pack_ptq_tile_avx512(wtype);
     if (!ref && ptq && !j.ptile && kern_active_tier() >= KERN_TIER_AVX2) j.ptile = kern_pack_ptq_tile_avx2(wtype);
-    if (!ref && !ptq && kern_active_tier() >= KERN_TIER_AVX512) j.tile = kern_pack_tile_avx512(wtype);
+    if (!ref && !ptq && kern_active_tier() >= KERN_TIER_AVX512) {
+        j.tile = kern_pack_tile_avx512(wtype);
+        if (T == 1) j.dec = kern_pack_dec_avx512(wtype);
+    }
     if (!ref && !ptq && !j.tile && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
 #endif
     /* the quantizers give the _ref bytes at every tier: Q8_0's and Q8_1's
@@ -579,7 +589,7 @@ void kern_matmul_packed_n(core_pool *pool, void *scratch, int wtype, const kern_
                           const float *x, int T, int64_t K) {
     if (is_16bit(wtype)) kern_matmul_packed_f16_n(pool, scratch, wtype, out, n_out, x, T, K); /* its own rounding */
     else if (wtype == KT_W8A8 || wtype == KT_LLM_INT8) kern_matmul_packed_w8a8_n(pool, scratch, out, n_out, x, T, K, NULL);
-    else run(pool, scratch, wtype, out, n_out, x, T, K, false, NULL, NULL);
+    else run(pool, scratch, wtype, out, n_out, x, T, K, false, NULL, NULL, NULL);
 }
 
 void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, int T, int64_t N, int64_t K) {
@@ -594,17 +604,17 @@ void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, 
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     CORE_ASSERT(scratch);
     const kern_packed_out o = {P, N, y};
-    run(NULL, scratch, wtype, &o, 1, x, T, K, true, NULL, NULL);
+    run(NULL, scratch, wtype, &o, 1, x, T, K, true, NULL, NULL, NULL);
     free(scratch);
 }
 
-void kern_matmul_packed_tile(kern_pack_tile_fn tile, const void *P, int wtype, const float *x, float *y, int T,
-                             int64_t N, int64_t K) {
+void kern_matmul_packed_tile(kern_pack_tile_fn tile, kern_pack_dec_fn dec, const void *P, int wtype, const float *x,
+                             float *y, int T, int64_t N, int64_t K) {
     CORE_ASSERT(tile && !is_16bit(wtype));
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     CORE_ASSERT(scratch);
     const kern_packed_out o = {P, N, y};
-    run(NULL, scratch, wtype, &o, 1, x, T, K, true, tile, NULL);
+    run(NULL, scratch, wtype, &o, 1, x, T, K, true, tile, dec, NULL);
     free(scratch);
 }
 
@@ -614,6 +624,6 @@ void kern_matmul_packed_ptq_tile(kern_pack_ptq_tile_fn tile, const void *P, int 
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     CORE_ASSERT(scratch);
     const kern_packed_out o = {P, N, y};
-    run(NULL, scratch, wtype, &o, 1, x, T, K, true, NULL, tile);
+    run(NULL, scratch, wtype, &o, 1, x, T, K, true, NULL, NULL, tile);
     free(scratch);
 }

@@ -44,6 +44,8 @@ AI __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
 }
 #define kern_pack_tile_avx512 kern_pack_tile_avx512_emulated
 kern_pack_tile_fn kern_pack_tile_avx512_emulated(int wtype); /* test_repack declares it too */
+#define kern_pack_dec_avx512 kern_pack_dec_avx512_emulated
+kern_pack_dec_fn kern_pack_dec_avx512_emulated(int wtype);
 #define kern_pack_ptq_tile_avx512 kern_pack_ptq_tile_avx512_emulated
 #define kern_pack_w8a8_tile_avx512 kern_pack_w8a8_tile_avx512_emulated
 kern_pack_w8a8_tile_fn kern_pack_w8a8_tile_avx512_emulated(void);
@@ -283,6 +285,8 @@ kern_pack_tile_fn kern_pack_tile_avx512(int wtype) {
     default: return NULL;
     }
 }
+
+kern_pack_dec_fn kern_pack_dec_avx512(int wtype) { return wtype == KT_S24_F16 && S24_F16_ZMM ? dec4_s24_f16_zmm : NULL; }
 
 /* kvant's PTQ types (kernels/repack_ptq.c): the shared tile, vpdpbusd dots */
 #define PTQ_VNNI 1

@@ -152,37 +152,62 @@ PACK_ENTRY(tile_s24_f16, tile_s24f16(nb, CC, y, ldy, w, a, ba))
  * the conversions, permutes, shifts and FMAs.  Zen 5 (family 26 model 2),
  * one thread, matrix in cache (kvant-prune-kernels): 0.61-0.67 of the
  * packed F16 tile's time per dense weight, against 0.81-0.89 for the ymm
- * tile; a whole 2:4 tinyllama decode from memory measured the same with
- * either (alternating tg32 medians 24.8 and 25.0 t/s): there the stream,
- * not the arithmetic, is the limit. */
-AI void tile_s24f16_zmm(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w0, const uint8_t *a,
-                        size_t ba) {
+ * tile.
+ *
+ * Decode takes NG = 4 consecutive groups at once (dec4_s24_f16_zmm):
+ * four streams gs bytes apart, each prefetched PF_DIST ahead into L1, as
+ * the F16 tile reads 8 (repack_f16_avx2.c); one group alone is one
+ * stream, which the Zen 5 read from memory at three quarters of the F16
+ * tile's bytes per second.  A group's chains are the same whichever
+ * groups share the call, so the bits are those of one group at a time.
+ * Zen 5, the FFN gate matrices of 22 tinyllama-1.1b layers (5632 x 2048,
+ * 285 MB, random weights), 2 threads, alternating, mean of 20: 6.94 and
+ * 7.10 ms with 4 groups against 7.96 and 8.39 for one (which prefetched
+ * 8192 bytes ahead into L2, kern_prefetch_l2_amd512, the better choice
+ * for a single stream: 8.33-9.37 against 8.88-9.88 into L1).  The whole
+ * synthetic 2:4 tinyllama-1.1b, tg32, 2 threads, five alternating rounds:
+ * 29.2-35.4 t/s against 23.9-30.2, ahead in each round by 14-22%; the
+ * dense F16 file beside it 19.6-22.8 (S24_F16 / F16 1.44-1.55, was
+ * 1.22-1.36). */
+AI void tile_s24f16_zmm(const int NG, int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w0, size_t gs,
+                        const uint8_t *a, size_t ba) {
     const __m512i sh = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const bool far_l2 = kern_prefetch_l2_amd512();
+    const bool far_l2 = NG == 1 && kern_prefetch_l2_amd512();
     for (int c = 0; c < C; c++) {
         const float *ac = (const float *)(a + (size_t)c * ba);
-        const uint8_t *w = w0;
-        __m512 A[4];
-        for (int q = 0; q < 4; q++) A[q] = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; b++, w += 288, ac += QK_S24_F16) {
-            prefetch_block_far(w, 288, C, far_l2);
+        __m512 A[4][4];
+        for (int n = 0; n < NG; n++)
+            for (int q = 0; q < 4; q++) A[n][q] = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++, ac += QK_S24_F16) {
+            const uint8_t *w = w0 + (size_t)b * 288;
+            for (int n = 0; n < NG; n++) prefetch_block_far(w + (size_t)n * gs, 288, C, far_l2);
             for (int g = 0; g < 8; g++) {
                 const __m512 win = _mm512_broadcast_f32x4(_mm_loadu_ps(ac + 4 * g));
-                int32_t word;
-                memcpy(&word, w + 256 + 4 * g, 4);
-                const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 32 * g)));
-                const __m512 av = _mm512_permutevar_ps(win, _mm512_srlv_epi32(_mm512_set1_epi32(word), sh));
-                A[g % 4] = _mm512_fmadd_ps(wv, av, A[g % 4]);
+                for (int n = 0; n < NG; n++) {
+                    const uint8_t *wn = w + (size_t)n * gs;
+                    int32_t word;
+                    memcpy(&word, wn + 256 + 4 * g, 4);
+                    const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wn + 32 * g)));
+                    const __m512 av = _mm512_permutevar_ps(win, _mm512_srlv_epi32(_mm512_set1_epi32(word), sh));
+                    A[n][g % 4] = _mm512_fmadd_ps(wv, av, A[n][g % 4]);
+                }
             }
         }
-        __m256 h[4];
-        for (int q = 0; q < 4; q++)
-            h[q] = _mm256_add_ps(_mm512_castps512_ps256(A[q]), _mm512_extractf32x8_ps(A[q], 1));
-        _mm256_storeu_ps(y + (size_t)c * ldy, _mm256_add_ps(_mm256_add_ps(h[0], h[1]), _mm256_add_ps(h[2], h[3])));
+        for (int n = 0; n < NG; n++) {
+            __m256 h[4];
+            for (int q = 0; q < 4; q++)
+                h[q] = _mm256_add_ps(_mm512_castps512_ps256(A[n][q]), _mm512_extractf32x8_ps(A[n][q], 1));
+            _mm256_storeu_ps(y + (size_t)c * ldy + (size_t)n * KERN_PACK_ROWS,
+                             _mm256_add_ps(_mm256_add_ps(h[0], h[1]), _mm256_add_ps(h[2], h[3])));
+        }
     }
 }
 
-PACK_ENTRY(tile_s24_f16_zmm, tile_s24f16_zmm(nb, CC, y, ldy, w, a, ba))
+PACK_ENTRY(tile_s24_f16_zmm, tile_s24f16_zmm(1, nb, CC, y, ldy, w, 0, a, ba))
+
+static void dec4_s24_f16_zmm(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a) {
+    tile_s24f16_zmm(4, nb, 1, y, 0, w, gs, a, 0);
+}
 #endif
 
 #endif

@@ -43,7 +43,9 @@ AI __m256i bcast4(const uint8_t *p) {
  *                       PTQ and W8A8 tiles, whose blocks are as light,
  *                       stay near everywhere.  The packed 2:4 tiles
  *                       (repack_s24_tile.h) go far: measured there;
- *                       S24_F16's on Zen 5 too (kern_prefetch_l2_amd512).
+ *                       S24_F16's one group at a time on Zen 5 too
+ *                       (kern_prefetch_l2_amd512); its zmm decode of 4
+ *                       groups at once prefetches near.
  * A tile reads kern_prefetch_l2 once (far_l2) and passes it down. */
 #ifndef PF_DIST
 #define PF_DIST 2048

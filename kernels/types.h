@@ -133,7 +133,9 @@ bool kern_prefetch_l2(void);
  * packed S24_F16 tile (repack_s24_tile.h).  Zen 5 (family 26 model 2, 2
  * threads, synthetic models, alternating kvant bench -n 32): stories110M
  * Q8_0 at depth 8192 53-60 t/s with them in L2 against 43-53 in L1;
- * tinyllama-1.1b S24_F16 24.8-29.5 against 22.7-25.2; while its dense
+ * tinyllama-1.1b S24_F16 24.8-29.5 against 22.7-25.2 (one group, one
+ * stream, at a time; its decode now reads 4 groups at once into L1 where
+ * the zmm tile serves, repack_s24_tile.h); while its dense
  * weight tiles measured no better with L2 (F16 tg32 14.6-19.6 t/s
  * against 20.0-21.3; Q8_0, Q4_K_M, S24_Q8 within the noise), so the two
  * choices are apart. */
