@@ -392,7 +392,8 @@ typedef struct {
     int64_t ns;             /* PTQ: sub-blocks per header (kernels/repack_ptq.c) */
     kern_pack_ptq_tile_fn ptile; /* PTQ: NULL, the plain-C spec */
     kern_pack_tile_fn tile; /* NULL: tile_ref */
-    kern_pack_dec_fn dec;   /* T = 1: KERN_PACK_DEC groups at once, or NULL */
+    kern_pack_dec_fn dec;   /* T = 1: dec_ng groups at once, or NULL */
+    int dec_ng;
     const uint8_t *a;       /* T activation rows (D->atype) */
     const float *ad;        /* T x nb scales */
     const int32_t *as;      /* T x nb x D->n_ax extras */
@@ -420,9 +421,9 @@ static void group_tile(const pack_job *j, const kern_packed_out *o, int64_t g, i
 static void pack_groups(const pack_job *j, const kern_packed_out *o, int64_t lo, int64_t hi) {
     const int64_t N = o->N;
     if (j->dec) /* T = 1: runs of whole groups */
-        for (; lo + KERN_PACK_DEC <= hi && (lo + KERN_PACK_DEC) * KERN_PACK_ROWS <= N; lo += KERN_PACK_DEC)
+        for (; lo + j->dec_ng <= hi && (lo + j->dec_ng) * KERN_PACK_ROWS <= N; lo += j->dec_ng)
             j->dec(j->nb, o->y + (size_t)lo * KERN_PACK_ROWS, (const uint8_t *)o->P + (size_t)lo * j->gbytes, j->gbytes,
-                   j->a);
+                   j->a, j->ad);
     for (int64_t g = lo; g < hi; g++) {
         const bool full = (g + 1) * KERN_PACK_ROWS <= N;
         for (int t0 = 0; t0 < j->T; t0 += 4) {
@@ -447,7 +448,7 @@ static void pack_task(void *ctx, int ith, int nth) {
     pack_job *j = ctx;
     const int64_t G = j->g_end[j->n_out - 1];
     (void)ith;
-    const int64_t align = j->dec ? KERN_PACK_DEC : 1; /* chunks of whole runs for dec */
+    const int64_t align = j->dec ? j->dec_ng : 1; /* chunks of whole runs for dec */
     for (int64_t lo, hi; core_chunk_guided(&j->next, G, nth, 2, align, &lo, &hi);)
         for (int i = 0; i < j->n_out && lo < hi; i++) {
             if (lo >= j->g_end[i]) continue;
@@ -533,7 +534,8 @@ static void prep_acts(core_pool *pool, const pack_desc *D, const kern_from_float
 
 /* ref: one thread, the plain-C tile (or `tile` when not NULL), the _ref quantizers */
 static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out *out, int n_out, const float *x, int T,
-                int64_t K, bool ref, kern_pack_tile_fn tile, kern_pack_dec_fn dec, kern_pack_ptq_tile_fn ptile) {
+                int64_t K, bool ref, kern_pack_tile_fn tile, kern_pack_dec_fn dec, int dec_ng,
+                kern_pack_ptq_tile_fn ptile) {
     const bool ptq = kern_ptq_is(wtype);
     const pack_desc *D = ptq ? &PTQ_DESC : desc_of(wtype);
     CORE_ASSERT(D && K % D->qk == 0 && T >= 1 && n_out >= 1 && n_out <= KERN_PACK_MAX_OUT);
@@ -551,13 +553,14 @@ static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out
     }
     j.tile = tile;
     j.dec = T == 1 ? dec : NULL;
+    j.dec_ng = dec_ng;
     j.ptile = ptile;
 #if PACK_X86
     if (!ref && ptq && kern_active_tier() >= KERN_TIER_AVX512) j.ptile = kern_pack_ptq_tile_avx512(wtype);
     if (!ref && ptq && !j.ptile && kern_active_tier() >= KERN_TIER_AVX2) j.ptile = kern_pack_ptq_tile_avx2(wtype);
     if (!ref && !ptq && kern_active_tier() >= KERN_TIER_AVX512) {
         j.tile = kern_pack_tile_avx512(wtype);
-        if (T == 1) j.dec = kern_pack_dec_avx512(wtype);
+        if (T == 1) j.dec = kern_pack_dec_avx512(wtype, &j.dec_ng);
     }
     if (!ref && !ptq && !j.tile && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
 #endif
@@ -589,7 +592,7 @@ void kern_matmul_packed_n(core_pool *pool, void *scratch, int wtype, const kern_
                           const float *x, int T, int64_t K) {
     if (is_16bit(wtype)) kern_matmul_packed_f16_n(pool, scratch, wtype, out, n_out, x, T, K); /* its own rounding */
     else if (wtype == KT_W8A8 || wtype == KT_LLM_INT8) kern_matmul_packed_w8a8_n(pool, scratch, out, n_out, x, T, K, NULL);
-    else run(pool, scratch, wtype, out, n_out, x, T, K, false, NULL, NULL, NULL);
+    else run(pool, scratch, wtype, out, n_out, x, T, K, false, NULL, NULL, 0, NULL);
 }
 
 void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, int T, int64_t N, int64_t K) {
@@ -604,17 +607,17 @@ void kern_matmul_packed_ref(const void *P, int wtype, const float *x, float *y, 
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     CORE_ASSERT(scratch);
     const kern_packed_out o = {P, N, y};
-    run(NULL, scratch, wtype, &o, 1, x, T, K, true, NULL, NULL, NULL);
+    run(NULL, scratch, wtype, &o, 1, x, T, K, true, NULL, NULL, 0, NULL);
     free(scratch);
 }
 
-void kern_matmul_packed_tile(kern_pack_tile_fn tile, kern_pack_dec_fn dec, const void *P, int wtype, const float *x,
-                             float *y, int T, int64_t N, int64_t K) {
+void kern_matmul_packed_tile(kern_pack_tile_fn tile, kern_pack_dec_fn dec, int dec_ng, const void *P, int wtype,
+                             const float *x, float *y, int T, int64_t N, int64_t K) {
     CORE_ASSERT(tile && !is_16bit(wtype));
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     CORE_ASSERT(scratch);
     const kern_packed_out o = {P, N, y};
-    run(NULL, scratch, wtype, &o, 1, x, T, K, true, tile, dec, NULL);
+    run(NULL, scratch, wtype, &o, 1, x, T, K, true, tile, dec, dec_ng, NULL);
     free(scratch);
 }
 
@@ -624,6 +627,6 @@ void kern_matmul_packed_ptq_tile(kern_pack_ptq_tile_fn tile, const void *P, int 
     void *scratch = malloc(kern_matmul_scratch_bytes(T, K));
     CORE_ASSERT(scratch);
     const kern_packed_out o = {P, N, y};
-    run(NULL, scratch, wtype, &o, 1, x, T, K, true, NULL, NULL, tile);
+    run(NULL, scratch, wtype, &o, 1, x, T, K, true, NULL, NULL, 0, tile);
     free(scratch);
 }

@@ -162,22 +162,21 @@ kern_pack_tile_fn kern_pack_tile_avx2(int wtype);
 /* the AVX-512 VNNI tile of wtype (kernels/repack_avx512.c), NULL if none
  * (the AVX2 tile serves that type at the avx512 tier) */
 kern_pack_tile_fn kern_pack_tile_avx512(int wtype);
-/* Decode (T = 1) over KERN_PACK_DEC consecutive full groups at once, gs
- * bytes apart: y[0 .. 8 KERN_PACK_DEC) from the groups at w and the one
- * activation row a; each group's outputs bit-identical to its tile's.
- * More streams for the prefetchers than one group at a time
- * (kernels/repack_s24_tile.h). */
-#define KERN_PACK_DEC 4
-typedef void (*kern_pack_dec_fn)(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a);
-/* the AVX-512 one of wtype (kernels/repack_avx512.c), NULL if none: S24_F16
- * where its zmm tile serves */
-kern_pack_dec_fn kern_pack_dec_avx512(int wtype);
+/* Decode (T = 1) over ng consecutive full groups at once, gs bytes apart:
+ * y[0 .. 8 ng) from the groups at w and the one activation row (a, ad as
+ * for the tile); each group's outputs bit-identical to its tile's.  More
+ * streams for the prefetchers than one group at a time
+ * (kernels/repack_avx512.c, repack_s24_tile.h). */
+typedef void (*kern_pack_dec_fn)(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad);
+/* the AVX-512 one of wtype and its ng (kernels/repack_avx512.c), NULL if
+ * none: Q8_0 and S24_F16 where a zmm operation costs one (not Zen 4) */
+kern_pack_dec_fn kern_pack_dec_avx512(int wtype, int *ng);
 /* For tests: kern_matmul_packed_ref's driver (one thread) with this tile
  * instead of the plain-C one, e.g. an AVX-512 tile compiled for emulation
  * (tests/repack_avx512_emulated.c); and, when T = 1, the groups that make
- * whole runs of KERN_PACK_DEC through dec if not NULL. */
-void kern_matmul_packed_tile(kern_pack_tile_fn tile, kern_pack_dec_fn dec, const void *P, int wtype, const float *x,
-                             float *y, int T, int64_t N, int64_t K);
+ * whole runs of dec_ng through dec if not NULL. */
+void kern_matmul_packed_tile(kern_pack_tile_fn tile, kern_pack_dec_fn dec, int dec_ng, const void *P, int wtype,
+                             const float *x, float *y, int T, int64_t N, int64_t K);
 /* kern_quant_q8_k_ref in AVX2, the same bytes for finite x (tests/test_repack.c) */
 void kern_pack_quant_q8_k_avx2(const float *x, void *y, int64_t n);
 

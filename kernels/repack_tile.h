@@ -66,6 +66,12 @@ AI void prefetch_block_far(const uint8_t *w, size_t xb, const int C, const bool 
     for (size_t off = 0; off < xb; off += 64) _mm_prefetch((const char *)(w + PF_FAR + off), _MM_HINT_T1);
 }
 
+/* decode over several groups at once (kern_pack_dec_fn): each stream's
+ * block dist bytes ahead into L1 */
+AI void prefetch_ahead(const uint8_t *w, size_t xb, const size_t dist) {
+    for (size_t off = 0; off < xb; off += 64) _mm_prefetch((const char *)(w + dist + off), _MM_HINT_T0);
+}
+
 /* activation row c's Q8_0 qs of block b; its Q8_K block b (a, ba: the tile's) */
 #define AQS(c, b) (a + (size_t)(c) * ba + (size_t)(b) * sizeof(block_q8_0) + offsetof(block_q8_0, qs))
 #define AK(c, b) ((const block_q8_K *)(a + (size_t)(c) * ba) + (b))

@@ -520,7 +520,7 @@ static void test_quant_q8_k(void **state) {
 
 #if defined(__x86_64__) || defined(_M_X64)
 kern_pack_tile_fn kern_pack_tile_avx512_emulated(int wtype);
-kern_pack_dec_fn kern_pack_dec_avx512_emulated(int wtype);
+kern_pack_dec_fn kern_pack_dec_avx512_emulated(int wtype, int *ng);
 #endif
 
 static void test_tile_avx512_emulated(void **state) {
@@ -535,18 +535,21 @@ static void test_tile_avx512_emulated(void **state) {
         const int t = TYPES[ti];
         if (t == KT_F16) continue;
         const kern_pack_tile_fn tiles[2] = {kern_pack_tile_avx512_emulated(t), real ? kern_pack_tile_avx512(t) : NULL};
-        /* the decode runs of several groups, where a type has them (S24_F16) */
-        const kern_pack_dec_fn decs[2] = {kern_pack_dec_avx512_emulated(t), real ? kern_pack_dec_avx512(t) : NULL};
+        /* the decode runs of several groups, where a type has them (Q8_0, S24_F16) */
+        int ngs[2] = {0, 0};
+        const kern_pack_dec_fn decs[2] = {kern_pack_dec_avx512_emulated(t, &ngs[0]),
+                                          real ? kern_pack_dec_avx512(t, &ngs[1]) : NULL};
+        const bool has_dec = t == KT_Q8_0 || t == KT_S24_F16;
         assert_non_null(tiles[0]);
         if (real) assert_non_null(tiles[1]); /* the real tile serves the same types */
-        assert_true((decs[0] != NULL) == (t == KT_S24_F16));
-        if (real && !kern_zmm_halved()) assert_true((decs[1] != NULL) == (t == KT_S24_F16));
+        assert_true((decs[0] != NULL) == has_dec);
+        if (real && !kern_zmm_halved()) assert_true((decs[1] != NULL) == has_dec);
         n_tiles++;
         for (int ki = 0; ki < 3; ki++)
             for (int ni = 0; ni < 3; ni++) {
-                /* one full group; two full groups and a partial one; 5 full groups (one decode run of 4, one
-                 * group alone) and a partial one */
-                const int64_t N = (int64_t[]){8, 21, 45}[ni], K = is_k(t) ? 256 * (ki + 1) : kdim(t, (int64_t[]){32, 160, 512}[ki]);
+                /* one full group; two full groups and a partial one; 9 full groups (decode runs of 8 or 4,
+                 * then one group alone) and a partial one */
+                const int64_t N = (int64_t[]){8, 21, 77}[ni], K = is_k(t) ? 256 * (ki + 1) : kdim(t, (int64_t[]){32, 160, 512}[ki]);
                 uint8_t *W = make_weights(t, N, K), *P = malloc(kern_pack_bytes(t, N, K));
                 kern_pack(W, t, N, K, P, 0, (N + 7) / 8);
                 float *x = malloc(sizeof(float) * TMAX * K), *yr = malloc(sizeof(float) * TMAX * N),
@@ -558,7 +561,7 @@ static void test_tile_avx512_emulated(void **state) {
                     for (int r = 0; r < 2; r++) {
                         if (!tiles[r]) continue;
                         memset(y, 0xff, sizeof(float) * TMAX * N);
-                        kern_matmul_packed_tile(tiles[r], decs[r], P, t, x, y, T, N, K);
+                        kern_matmul_packed_tile(tiles[r], decs[r], ngs[r], P, t, x, y, T, N, K);
                         if (memcmp(y, yr, sizeof(float) * (size_t)T * (size_t)N))
                             fail_msg("%s %s AVX-512 tile T=%d N=%d K=%d: not bit-identical to the packed ref",
                                      kern_type_name(t), r ? "real" : "emulated", T, (int)N, (int)K);
