@@ -423,7 +423,7 @@ static void pack_groups(const pack_job *j, const kern_packed_out *o, int64_t lo,
     if (j->dec) /* T = 1: runs of whole groups */
         for (; lo + j->dec_ng <= hi && (lo + j->dec_ng) * KERN_PACK_ROWS <= N; lo += j->dec_ng)
             j->dec(j->nb, o->y + (size_t)lo * KERN_PACK_ROWS, (const uint8_t *)o->P + (size_t)lo * j->gbytes, j->gbytes,
-                   j->a, j->ad);
+                   j->a, j->ad, j->as);
     for (int64_t g = lo; g < hi; g++) {
         const bool full = (g + 1) * KERN_PACK_ROWS <= N;
         for (int t0 = 0; t0 < j->T; t0 += 4) {

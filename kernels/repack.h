@@ -163,13 +163,15 @@ kern_pack_tile_fn kern_pack_tile_avx2(int wtype);
  * (the AVX2 tile serves that type at the avx512 tier) */
 kern_pack_tile_fn kern_pack_tile_avx512(int wtype);
 /* Decode (T = 1) over ng consecutive full groups at once, gs bytes apart:
- * y[0 .. 8 ng) from the groups at w and the one activation row (a, ad as
- * for the tile); each group's outputs bit-identical to its tile's.  More
+ * y[0 .. 8 ng) from the groups at w and the one activation row (a, ad, as
+ * as for the tile); each group's outputs bit-identical to its tile's.  More
  * streams for the prefetchers than one group at a time
  * (kernels/repack_avx512.c, repack_s24_tile.h). */
-typedef void (*kern_pack_dec_fn)(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad);
+typedef void (*kern_pack_dec_fn)(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad,
+                                 const int32_t *as);
 /* the AVX-512 one of wtype and its ng (kernels/repack_avx512.c), NULL if
- * none: Q8_0 and S24_F16 where a zmm operation costs one (not Zen 4) */
+ * none: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and S24_F16 where a zmm operation
+ * costs one (not Zen 4) */
 kern_pack_dec_fn kern_pack_dec_avx512(int wtype, int *ng);
 /* For tests: kern_matmul_packed_ref's driver (one thread) with this tile
  * instead of the plain-C one, e.g. an AVX-512 tile compiled for emulation

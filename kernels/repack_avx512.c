@@ -104,7 +104,9 @@ AI void dec_q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs,
     for (int n = 0; n < NG; n++) _mm256_storeu_ps(y + (size_t)n * KERN_PACK_ROWS, acc[n]);
 }
 
-static void dec8_q8_0(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad) {
+static void dec8_q8_0(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad,
+                      const int32_t *as) {
+    (void)as;
     dec_q8(8, nb, y, w, gs, a, ad);
 }
 
@@ -134,6 +136,34 @@ AI void tile_legacy(int64_t nb, const int C, float *y, size_t ldy, const uint8_t
         legacy_finish(C, w, &g, s, as, ad, bn, b, acc);
     }
     for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
+}
+
+/* The same kinds' decode over NG = 8 groups at once, as dec_q8: the
+ * block's 8 activation dwords broadcast once for the 8 groups, each
+ * group's sums and finish tile_legacy's with C = 1, so the same bits. */
+AI void dec_legacy(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs, const uint8_t *a,
+                   const float *ad, const int32_t *as, const int kind) {
+    __m256 acc[8];
+    for (int n = 0; n < NG; n++) acc[n] = _mm256_setzero_ps();
+    const legacy_geo g = legacy_geo_of(kind);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *aq = a + (size_t)b * g.ab + g.aqo;
+        __m256i av[8];
+        for (int j = 0; j < 8; j++) av[j] = bcast4(aq + 4 * (j % 4) + 16 * (j / 4));
+        for (int n = 0; n < NG; n++) {
+            const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * g.xb;
+            prefetch_ahead(w, g.xb, 1024);
+            const __m256i qh = g.five ? _mm256_loadu_si256((const __m256i *)(w + g.qho)) : _mm256_setzero_si256();
+            __m256i s = _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++) {
+                __m256i lo, hi;
+                legacy_chunk(w, &g, qh, j, &lo, &hi);
+                s = dpbusd(dpbusd(s, lo, av[j]), hi, av[4 + j]);
+            }
+            legacy_finish(1, w, &g, &s, as, ad, 0, b, &acc[n]);
+        }
+    }
+    for (int n = 0; n < NG; n++) _mm256_storeu_ps(y + (size_t)n * KERN_PACK_ROWS, acc[n]);
 }
 
 /* Q4_K, and Q5_K (q5: the fifth bit from the qh chunks, q in 0..31); the
@@ -287,6 +317,15 @@ PACK_ENTRY(tile_q4_0, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q4_0))
 PACK_ENTRY(tile_q4_1, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q4_1))
 PACK_ENTRY(tile_q5_0, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q5_0))
 PACK_ENTRY(tile_q5_1, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q5_1))
+#define DEC_LEGACY(name, kind)                                                                              \
+    static void name(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad,      \
+                     const int32_t *as) {                                                                       \
+        dec_legacy(8, nb, y, w, gs, a, ad, as, kind);                                                           \
+    }
+DEC_LEGACY(dec8_q4_0, L_Q4_0)
+DEC_LEGACY(dec8_q4_1, L_Q4_1)
+DEC_LEGACY(dec8_q5_0, L_Q5_0)
+DEC_LEGACY(dec8_q5_1, L_Q5_1)
 PACK_ENTRY(tile_q4_k, tile_q45k(nb, CC, y, ldy, w, a, ba, ad, as, bn, false))
 PACK_ENTRY(tile_q5_k, tile_q45k(nb, CC, y, ldy, w, a, ba, ad, as, bn, true))
 PACK_ENTRY(tile_q6_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q6))
@@ -324,8 +363,16 @@ kern_pack_tile_fn kern_pack_tile_avx512(int wtype) {
 
 kern_pack_dec_fn kern_pack_dec_avx512(int wtype, int *ng) {
     if (!S24_F16_ZMM) return NULL; /* Zen 4: measured with one group at a time */
-    *ng = wtype == KT_Q8_0 ? 8 : 4;
-    return wtype == KT_Q8_0 ? dec8_q8_0 : wtype == KT_S24_F16 ? dec4_s24_f16_zmm : NULL;
+    *ng = 8;
+    switch (wtype) {
+    case KT_Q8_0: return dec8_q8_0;
+    case KT_Q4_0: return dec8_q4_0;
+    case KT_Q4_1: return dec8_q4_1;
+    case KT_Q5_0: return dec8_q5_0;
+    case KT_Q5_1: return dec8_q5_1;
+    case KT_S24_F16: *ng = 4; return dec4_s24_f16_zmm;
+    default: return NULL;
+    }
 }
 
 /* kvant's PTQ types (kernels/repack_ptq.c): the shared tile, vpdpbusd dots */

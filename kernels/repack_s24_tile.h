@@ -205,8 +205,9 @@ AI void tile_s24f16_zmm(const int NG, int64_t nb, const int C, float *y, size_t 
 
 PACK_ENTRY(tile_s24_f16_zmm, tile_s24f16_zmm(1, nb, CC, y, ldy, w, 0, a, ba))
 
-static void dec4_s24_f16_zmm(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad) {
-    (void)ad;
+static void dec4_s24_f16_zmm(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad,
+                             const int32_t *as) {
+    (void)ad, (void)as;
     tile_s24f16_zmm(4, nb, 1, y, 0, w, gs, a, 0);
 }
 #endif
