@@ -170,7 +170,7 @@ kern_pack_tile_fn kern_pack_tile_avx512(int wtype);
 typedef void (*kern_pack_dec_fn)(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad,
                                  const int32_t *as);
 /* the AVX-512 one of wtype and its ng (kernels/repack_avx512.c), NULL if
- * none: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and S24_F16 where a zmm operation
+ * none: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, S24_Q8 and S24_F16 where a zmm operation
  * costs one (not Zen 4) */
 kern_pack_dec_fn kern_pack_dec_avx512(int wtype, int *ng);
 /* For tests: kern_matmul_packed_ref's driver (one thread) with this tile

@@ -370,6 +370,7 @@ kern_pack_dec_fn kern_pack_dec_avx512(int wtype, int *ng) {
     case KT_Q4_1: return dec8_q4_1;
     case KT_Q5_0: return dec8_q5_0;
     case KT_Q5_1: return dec8_q5_1;
+    case KT_S24_Q8: return dec8_s24_q8;
     case KT_S24_F16: *ng = 4; return dec4_s24_f16_zmm;
     default: return NULL;
     }

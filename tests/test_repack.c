@@ -535,12 +535,12 @@ static void test_tile_avx512_emulated(void **state) {
         const int t = TYPES[ti];
         if (t == KT_F16) continue;
         const kern_pack_tile_fn tiles[2] = {kern_pack_tile_avx512_emulated(t), real ? kern_pack_tile_avx512(t) : NULL};
-        /* the decode runs of several groups, where a type has them (Q8_0, the legacy 4/5-bit ones, S24_F16) */
+        /* the decode runs of several groups, where a type has them (Q8_0, the legacy 4/5-bit ones, 2:4) */
         int ngs[2] = {0, 0};
         const kern_pack_dec_fn decs[2] = {kern_pack_dec_avx512_emulated(t, &ngs[0]),
                                           real ? kern_pack_dec_avx512(t, &ngs[1]) : NULL};
         const bool has_dec = t == KT_Q8_0 || t == KT_Q4_0 || t == KT_Q4_1 || t == KT_Q5_0 || t == KT_Q5_1 ||
-                             t == KT_S24_F16;
+                             t == KT_S24_Q8 || t == KT_S24_F16;
         assert_non_null(tiles[0]);
         if (real) assert_non_null(tiles[1]); /* the real tile serves the same types */
         assert_true((decs[0] != NULL) == has_dec);
