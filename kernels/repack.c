@@ -552,7 +552,7 @@ static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out
         work += (double)out[i].N * (double)K * T;
     }
     j.tile = tile;
-    j.dec = T == 1 ? dec : NULL;
+    j.dec = dec;
     j.dec_ng = dec_ng;
     j.ptile = ptile;
 #if PACK_X86
@@ -560,10 +560,11 @@ static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out
     if (!ref && ptq && !j.ptile && kern_active_tier() >= KERN_TIER_AVX2) j.ptile = kern_pack_ptq_tile_avx2(wtype);
     if (!ref && !ptq && kern_active_tier() >= KERN_TIER_AVX512) {
         j.tile = kern_pack_tile_avx512(wtype);
-        if (T == 1) j.dec = kern_pack_dec_avx512(wtype, &j.dec_ng);
+        j.dec = kern_pack_dec_avx512(wtype, &j.dec_ng);
     }
     if (!ref && !ptq && !j.tile && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
 #endif
+    if (T != 1) j.dec = NULL; /* decode only */
     /* the quantizers give the _ref bytes at every tier: Q8_0's and Q8_1's
      * (tests/test_tiers.c), S24_A8's (tests/test_sparse24.c), Q8_K's AVX2 one here
      * (tests/test_repack.c) */

@@ -333,13 +333,14 @@ PACK_ENTRY(tile_q3_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q3))
 PACK_ENTRY(tile_q2_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q2))
 
 /* the 2:4 sparse S24_Q8 (kernels/repack_s24.c): the shared tile, vpdpbusd
- * dots; S24_F16 on zmm where a zmm operation costs one (the emulated build
- * always: its test is the zmm tile's) */
+ * dots; S24_F16 on zmm, and decode over several groups at once
+ * (kern_pack_dec_avx512), where a zmm operation costs one: ZMM_FULL (the
+ * emulated build always: its tests are those paths') */
 #define S24_VNNI 1
 #ifdef KVANT_VNNI_EMULATED
-#define S24_F16_ZMM 1
+#define ZMM_FULL 1
 #else
-#define S24_F16_ZMM (!kern_zmm_halved())
+#define ZMM_FULL (!kern_zmm_halved())
 #endif
 #include "kernels/repack_s24_tile.h"
 
@@ -356,13 +357,13 @@ kern_pack_tile_fn kern_pack_tile_avx512(int wtype) {
     case KT_Q3_K: return tile_q3_k;
     case KT_Q6_K: return tile_q6_k;
     case KT_S24_Q8: return tile_s24_q8;
-    case KT_S24_F16: return S24_F16_ZMM ? tile_s24_f16_zmm : tile_s24_f16;
+    case KT_S24_F16: return ZMM_FULL ? tile_s24_f16_zmm : tile_s24_f16;
     default: return NULL;
     }
 }
 
 kern_pack_dec_fn kern_pack_dec_avx512(int wtype, int *ng) {
-    if (!S24_F16_ZMM) return NULL; /* Zen 4: measured with one group at a time */
+    if (!ZMM_FULL) return NULL; /* Zen 4: measured with one group at a time */
     *ng = 8;
     switch (wtype) {
     case KT_Q8_0: return dec8_q8_0;

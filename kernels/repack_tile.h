@@ -53,9 +53,14 @@ AI __m256i bcast4(const uint8_t *p) {
 #ifndef PF_FAR
 #define PF_FAR 8192
 #endif
+/* a block's lines dist bytes ahead into L1 (also each stream of a decode
+ * over several groups at once, kern_pack_dec_fn) */
+AI void prefetch_ahead(const uint8_t *w, size_t xb, const size_t dist) {
+    for (size_t off = 0; off < xb; off += 64) _mm_prefetch((const char *)(w + dist + off), _MM_HINT_T0);
+}
 AI void prefetch_block(const uint8_t *w, size_t xb, const int C) {
     if (C != 1) return; /* prefill: the group is reused across rows, already cached */
-    for (size_t off = 0; off < xb; off += 64) _mm_prefetch((const char *)(w + PF_DIST + off), _MM_HINT_T0);
+    prefetch_ahead(w, xb, PF_DIST);
 }
 AI void prefetch_block_far(const uint8_t *w, size_t xb, const int C, const bool far_l2) {
     if (C != 1) return;
@@ -64,12 +69,6 @@ AI void prefetch_block_far(const uint8_t *w, size_t xb, const int C, const bool 
         return;
     }
     for (size_t off = 0; off < xb; off += 64) _mm_prefetch((const char *)(w + PF_FAR + off), _MM_HINT_T1);
-}
-
-/* decode over several groups at once (kern_pack_dec_fn): each stream's
- * block dist bytes ahead into L1 */
-AI void prefetch_ahead(const uint8_t *w, size_t xb, const size_t dist) {
-    for (size_t off = 0; off < xb; off += 64) _mm_prefetch((const char *)(w + dist + off), _MM_HINT_T0);
 }
 
 /* activation row c's Q8_0 qs of block b; its Q8_K block b (a, ba: the tile's) */
