@@ -83,12 +83,17 @@
 #define FLASH_TILE_DEFAULT 64
 #define FLASH_CHUNK_TILES 8 /* default KV chunk: 8 tiles (512 positions) */
 #define FLASH_ROWS 128 /* query rows per unit to aim for (Tq = FLASH_ROWS / G) */
-/* keys per slice of a step's products when the next step's runs are
- * prefetched while it computes (range_tile's nx); chosen on Zen 4 (2
- * threads, kvant bench -d 8192, alternating): stories110M Q8_0 90-93 t/s
- * with slices of 16 against 70-79 with the runs asked for in two bursts,
- * 80-88 with slices of 8, 81-90 with 32 */
+/* A decode step (split_item, rows read in place) takes FLASH_NH KV heads'
+ * tiles at once, their products interleaved in slices of FLASH_SLICE keys,
+ * and asks for each row's lines FLASH_PF_STREAM bytes ahead in its run
+ * (range_heads); FLASH_NH_ROWS: for at most this many query rows (T G),
+ * the rows the extra heads' scores have room for.  Zen 5, 2 threads,
+ * kvant-kernels --attn --depth 8192 --layers 12, alternating: see
+ * range_heads. */
 #define FLASH_SLICE 16
+#define FLASH_NH 4
+#define FLASH_NH_ROWS 16
+#define FLASH_PF_STREAM 2048
 
 /* ---- portable C inner loops ----------------------------------------------
  * Written with GNU C vector types of 4 floats (one SSE register on baseline
@@ -101,7 +106,9 @@ static inline v4f ld4(const float *p) { v4f v; memcpy(&v, p, sizeof v); return v
 static inline void st4(float *p, v4f v) { memcpy(p, &v, sizeof v); }
 
 /* the score chain of kernels/attn_flash.h, 8 keys at a time */
-static void scores_rows_c(int R, int Dp, int nc, const float *Q, int ldq, const float *const *K, float *S, int lds) {
+static void scores_rows_c(int R, int Dp, int nc, const float *Q, int ldq, const float *const *K, float *S, int lds,
+                          int pf) {
+    (void)pf; /* the portable table asks for nothing ahead */
     for (int r = 0; r < R; r++) {
         const float *q = Q + (size_t)r * ldq;
         for (int j = 0; j < nc; j++) {
@@ -115,7 +122,8 @@ static void scores_rows_c(int R, int Dp, int nc, const float *Q, int ldq, const 
     }
 }
 
-static void pv_c(int R, int Dp, int n, const float *P, int ldp, const float *const *V, float *A, int lda) {
+static void pv_c(int R, int Dp, int n, const float *P, int ldp, const float *const *V, float *A, int lda, int pf) {
+    (void)pf;
     int r = 0;
     for (; r + 4 <= R; r += 4) {
         const float *p0 = P + (size_t)r * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
@@ -150,7 +158,7 @@ static void pv_c(int R, int Dp, int n, const float *P, int ldp, const float *con
 
 /* the F16 rows converted (exactly) 8 at a time, then the float version */
 static void scores_rows_f16_c(int R, int Dp, int nc, const float *Q, int ldq, const uint16_t *const *K, float *S,
-                              int lds) {
+                              int lds, int pf) {
     float buf[8][256];
     const float *rows[8];
     CORE_ASSERT(Dp <= 256);
@@ -159,11 +167,12 @@ static void scores_rows_f16_c(int R, int Dp, int nc, const float *Q, int ldq, co
             for (int c = 0; c < Dp; c++) buf[i][c] = kern_fp16_to_fp32(K[j0 + i][c]);
             rows[i] = buf[i];
         }
-        scores_rows_c(R, Dp, 8, Q, ldq, rows, S + j0, lds);
+        scores_rows_c(R, Dp, 8, Q, ldq, rows, S + j0, lds, pf);
     }
 }
 
-static void pv_f16_c(int R, int Dp, int n, const float *P, int ldp, const uint16_t *const *V, float *A, int lda) {
+static void pv_f16_c(int R, int Dp, int n, const float *P, int ldp, const uint16_t *const *V, float *A, int lda,
+                     int pf) {
     float buf[8][256];
     const float *rows[8];
     CORE_ASSERT(Dp <= 256);
@@ -173,7 +182,7 @@ static void pv_f16_c(int R, int Dp, int n, const float *P, int ldp, const uint16
             for (int c = 0; c < Dp; c++) buf[i][c] = kern_fp16_to_fp32(V[j0 + i][c]);
             rows[i] = buf[i];
         }
-        pv_c(R, Dp, m, P + j0, ldp, rows, A, lda);
+        pv_c(R, Dp, m, P + j0, ldp, rows, A, lda, pf);
     }
 }
 
@@ -240,11 +249,15 @@ const attn_flash_ops attn_flash_ops_c = {.scores_rows = scores_rows_c, .pv = pv_
 /* ---- scratch layout ------------------------------------------------------ */
 static int round8(int n) { return (n + 7) & ~7; }
 static size_t pad16(size_t n) { return (n + 15) & ~(size_t)15; } /* floats: 64-byte slices */
+static size_t ptr_floats(int n) { return pad16((size_t)n * (sizeof(void *) / sizeof(float))); } /* n pointers */
 
 typedef struct {
     int G, Tq, R, tile, TP, Dp; /* R = Tq * G rows per unit */
-    size_t qs, kz, kd, vs, s, a, m, l, kp, vp, freq, mm, ll, acc, split, total; /* offsets in floats */
+    size_t qs, kz, kd, vs, s, sx, a, m, l, kp, vp, freq, mm, ll, acc, split, total; /* offsets in floats */
 } flash_layout;
+
+/* the rows slots 1 .. FLASH_NH - 1 of a step have room for */
+static int nh_rows(int R) { return R < FLASH_NH_ROWS ? R : FLASH_NH_ROWS; }
 
 /* Split mode's partials: this many floats per thread (whatever T, P) */
 #define FLASH_SPLIT_FLOATS (64 * 1024)
@@ -264,11 +277,12 @@ static flash_layout layout(const kern_attn_dims *d) {
     L.kd = o; o += pad16((size_t)L.TP * L.Dp);
     L.vs = o; o += pad16((size_t)L.TP * L.Dp);
     L.s = o; o += pad16((size_t)L.R * L.TP);
+    L.sx = o; o += (FLASH_NH - 1) * pad16((size_t)nh_rows(L.R) * L.TP);
     L.a = o; o += pad16((size_t)L.R * L.Dp);
     L.m = o; o += pad16((size_t)L.R);
     L.l = o; o += pad16((size_t)L.R);
-    L.kp = o; o += pad16((size_t)L.TP * (sizeof(void *) / sizeof(float)));
-    L.vp = o; o += pad16((size_t)L.TP * (sizeof(void *) / sizeof(float)));
+    L.kp = o; o += FLASH_NH * ptr_floats(L.TP);
+    L.vp = o; o += FLASH_NH * ptr_floats(L.TP);
     L.freq = o; o += pad16((size_t)d->D / 2 + 1);
     L.mm = o; o += pad16((size_t)L.R);
     L.ll = o; o += pad16((size_t)L.R);
@@ -276,6 +290,18 @@ static flash_layout layout(const kern_attn_dims *d) {
     L.split = o; o += FLASH_SPLIT_FLOATS;
     L.total = o;
     return L;
+}
+
+/* slot h (< FLASH_NH) of a step: the scores S[R][TP] of one head's tile,
+ * and its K and V row pointers (load_tile) */
+static float *slot_S(const flash_layout *L, float *sc, int h) {
+    return h ? sc + L->sx + (size_t)(h - 1) * pad16((size_t)nh_rows(L->R) * L->TP) : sc + L->s;
+}
+static const float **slot_kp(const flash_layout *L, float *sc, int h) {
+    return (const float **)(sc + L->kp + (size_t)h * ptr_floats(L->TP));
+}
+static const float **slot_vp(const flash_layout *L, float *sc, int h) {
+    return (const float **)(sc + L->vp + (size_t)h * ptr_floats(L->TP));
 }
 
 size_t kern_attn_flash_scratch_bytes(const kern_attn_dims *d) {
@@ -296,7 +322,7 @@ typedef struct {
     bool direct_k, direct_v; /* F32 rows used in place (no copy) */
     bool f16_k, f16_v;       /* F16 rows read in place, converted in registers */
     bool in_place;           /* head-major F32 / F16 rows read in place (load_tile's first way) */
-    bool pf_l2;              /* kern_prefetch_l2_amd512: tiles prefetched into L2, a step ahead */
+    bool pf_l2;              /* kern_prefetch_l2_amd512: load_tile's runs prefetched into L2 */
     int n_units, n_qb;
     int chunk;               /* positions per KV chunk (a multiple of the tile) */
     /* split mode: n_items (chunk, group of hg KV heads) items over nth
@@ -359,10 +385,10 @@ static inline void prefetch_run(const uint8_t *p, size_t n, bool l2) {
         for (size_t o = 0; o < n + skew; o += 64) __builtin_prefetch(p - skew + o);
 }
 
-/* ask for head hk's K (what & 1) and V (what & 2) runs of positions
- * [p0, p0 + n) of an in-place tile (j->in_place), block by block, into L2
- * or L1 (prefetch_run) */
-static void prefetch_tile_kv(const flash_job *j, int hk, int p0, int n, bool l2, int what) {
+/* ask for head hk's K and V runs of positions [p0, p0 + n) of an
+ * in-place tile (j->in_place), block by block, into L2 or L1
+ * (prefetch_run) */
+static void prefetch_tile(const flash_job *j, int hk, int p0, int n, bool l2) {
     const kern_kv_view *kv = j->kv;
     int64_t e0;
     const size_t hoff = kern_kv_head_offset(kv, hk, j->d->D, &e0);
@@ -371,28 +397,20 @@ static void prefetch_tile_kv(const flash_job *j, int hk, int p0, int n, bool l2,
     for (int jj = 0; jj < n;) {
         const int p = p0 + jj, slot = p % kv->block_size;
         const int cnt = kv->block_size - slot < n - jj ? kv->block_size - slot : n - jj;
-        if (what & 1) prefetch_run(view_row(kv, kv->k_base, p) + hb, (size_t)cnt * kbytes, l2);
-        if (what & 2) prefetch_run(view_row(kv, kv->v_base, p) + hv, (size_t)cnt * vbytes, l2);
+        prefetch_run(view_row(kv, kv->k_base, p) + hb, (size_t)cnt * kbytes, l2);
+        prefetch_run(view_row(kv, kv->v_base, p) + hv, (size_t)cnt * vbytes, l2);
         jj += cnt;
     }
-}
-static void prefetch_tile(const flash_job *j, int hk, int p0, int n, bool l2) { prefetch_tile_kv(j, hk, p0, n, l2, 3); }
-
-/* share k of ns (the positions nx[2] k / ns .. nx[2] (k + 1) / ns) of the
- * next step nx = {head, p0, n}: its K (what 1) or V (what 2) runs, into L2 */
-static void prefetch_share(const flash_job *j, const int *nx, int k, int ns, int what) {
-    const int a = nx[2] * k / ns, b = nx[2] * (k + 1) / ns;
-    if (b > a) prefetch_tile_kv(j, nx[0], nx[1] + a, b - a, true, what);
 }
 
 /* kp[jj] = K row p0+jj (rotated when rope_k), the zero row for n <= jj <
  * nc; vp[jj] = V row p0+jj.  In place for F32 / F16 rows when D % 8 == 0,
  * else dequantized into Kd / Vs and zero-padded to Dp */
-static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int nc, int p_lo) {
+static void load_tile(const flash_job *j, float *sc, int h, int hk, int p0, int n, int nc, int p_lo, bool pf) {
     const flash_layout *L = &j->L;
     const int D = j->d->D, Dp = L->Dp;
     const kern_kv_view *kv = j->kv;
-    const float **kp = (const float **)(sc + L->kp), **vp = (const float **)(sc + L->vp);
+    const float **kp = slot_kp(L, sc, h), **vp = slot_vp(L, sc, h);
     int64_t e0; /* the head: element e0 of the row at hoff bytes */
     const size_t hoff = kern_kv_head_offset(kv, hk, D, &e0);
     /* F32 / F16 rows read in place: the head's first byte */
@@ -414,7 +432,7 @@ static void load_tile(const flash_job *j, float *sc, int hk, int p0, int n, int 
          * 58-64 t/s with prefetcht2 against 44-51 with prefetcht0,
          * tinyllama-1.1b at 27 against 23 (alternating kvant bench -d 8192
          * runs); the Intel Xeon was tuned with prefetcht0 */
-        prefetch_tile(j, hk, p0 + jj, n - jj, j->pf_l2);
+        if (pf) prefetch_tile(j, hk, p0 + jj, n - jj, j->pf_l2);
         while (jj < n) {
             const int p = p0 + jj, slot = p % kv->block_size;
             const int cnt = kv->block_size - slot < n - jj ? kv->block_size - slot : n - jj;
@@ -491,42 +509,40 @@ static void range_start(int R, int Dp, float *m, float *l, float *A) {
     }
 }
 
-/* One tile [p0, p0 + n) of the online softmax of the unit's rows (queries
- * t0 .. t1-1 of KV head hk, scaled in Qs): load it, then S = Qs . K^T,
- * per row m, l and A brought up to date (see the top), A += S . V.  A row
- * whose query sees nothing of the range keeps m = -inf, l = 0, A = 0.
- * nx: NULL, or the next step's {head, p0, n} (split_item), whose K runs
- * are asked for into L2 while these scores are computed and its V runs
- * while this P.V is: the products run in slices of FLASH_SLICE keys, each
- * after its share of the runs (prefetch_share), so the requests come at
- * the pace the lines are used, never as a burst. */
-static void range_tile(const flash_job *j, float *sc, const float *Qs, int t0, int t1, int hk, int p0, int n,
-                       int first, float *m, float *l, float *A, const int *nx) {
-    const kern_attn_dims *dm = j->d;
+/* The products of a loaded tile (slot h: load_tile's row pointers, its
+ * scores S): S[r][s0 .. s0+w) = Qs[r] . K^T for rows r0 .. R-1, and
+ * A[r] += S[r][s0 .. s0+w) . V.  Slices of a tile's products in order give
+ * the bits of the whole: a score depends on its key alone, and A is stored
+ * between slices, each output one FMA chain over j in order.  pf: the
+ * products ask for each row's lines pf bytes further on (attn_flash.h). */
+static void tile_scores(const flash_job *j, float *sc, int h, const float *Qs, int r0, int R, int s0, int w, int pf) {
     const flash_layout *L = &j->L;
+    const int Dp = L->Dp, TP = L->TP;
+    float *S = slot_S(L, sc, h) + (size_t)r0 * TP + s0;
+    const float *const *kp = slot_kp(L, sc, h) + s0;
+    if (j->f16_k) j->ops->scores_rows_f16(R - r0, Dp, w, Qs + (size_t)r0 * Dp, Dp, (const uint16_t *const *)kp, S, TP, pf);
+    else j->ops->scores_rows(R - r0, Dp, w, Qs + (size_t)r0 * Dp, Dp, kp, S, TP, pf);
+}
+static void tile_pv(const flash_job *j, float *sc, int h, int r0, int R, int s0, int w, float *A, int pf) {
+    const flash_layout *L = &j->L;
+    const int Dp = L->Dp, TP = L->TP;
+    const float *S = slot_S(L, sc, h) + (size_t)r0 * TP + s0;
+    const float *const *vp = slot_vp(L, sc, h) + s0;
+    if (j->f16_v) j->ops->pv_f16(R - r0, Dp, w, S, TP, (const uint16_t *const *)vp, A + (size_t)r0 * Dp, Dp, pf);
+    else j->ops->pv(R - r0, Dp, w, S, TP, vp, A + (size_t)r0 * Dp, Dp, pf);
+}
+
+/* The online softmax's step over a tile's scores S (rows r0 .. R-1 of the
+ * unit's queries t0 ..; positions [p0, p0 + n), nc = n rounded up to 8):
+ * per row the causal and window mask, soft-capping, m and l brought up to
+ * date (A rescaled when the max grew, see the top), and S turned into the
+ * weights 2^(s - m) that P.V takes. */
+static void tile_softmax(const flash_job *j, float *S, int t0, int r0, int R, int p0, int n, float *m, float *l,
+                         float *A) {
+    const kern_attn_dims *dm = j->d;
     const attn_flash_ops *ops = j->ops;
-    const int G = L->G, Dp = L->Dp, TP = L->TP;
-    const int R = (t1 - t0) * G, nc = round8(n);
+    const int G = j->L.G, Dp = j->L.Dp, TP = j->L.TP, nc = round8(n);
     const float cap = dm->softcap;
-    float *S = sc + L->s;
-    load_tile(j, sc, hk, p0, n, nc, first);
-    /* rows whose query sees p0: q_pos0 + t >= p0 (a suffix of the rows) */
-    const int t_first = p0 - dm->q_pos0 > t0 ? p0 - dm->q_pos0 : t0;
-    if (t_first >= t1) return; /* no query of the unit reaches this tile */
-    const int r0 = (t_first - t0) * G;
-    /* S = Qs . K^T, in slices of FLASH_SLICE keys when the next step's K
-     * runs are to be asked for (each slice after its share) */
-    const int sl = nx ? FLASH_SLICE : nc, ns = (nc + sl - 1) / sl;
-    for (int s0 = 0, k = 0; s0 < nc; s0 += sl, k++) {
-        const int w = nc - s0 < sl ? nc - s0 : sl;
-        if (nx) prefetch_share(j, nx, k, ns, 1);
-        if (j->f16_k)
-            ops->scores_rows_f16(R - r0, Dp, w, Qs + (size_t)r0 * Dp, Dp, (const uint16_t *const *)(sc + L->kp) + s0,
-                                 S + (size_t)r0 * TP + s0, TP);
-        else
-            ops->scores_rows(R - r0, Dp, w, Qs + (size_t)r0 * Dp, Dp, (const float *const *)(sc + L->kp) + s0,
-                             S + (size_t)r0 * TP + s0, TP);
-    }
     for (int r = r0; r < R; r++) {
         const int t = t0 + r / G;
         const int nv = dm->q_pos0 + t - p0 + 1 < n ? dm->q_pos0 + t - p0 + 1 : n; /* causal part */
@@ -549,20 +565,57 @@ static void range_tile(const flash_job *j, float *sc, const float *Qs, int t0, i
         }
         l[r] += ops->row_exp2(sr, nv, nc, m[r]);
     }
-    /* A += S . V, in slices of positions likewise with the next step's V
-     * runs (A is stored between slices: each output stays one FMA chain
-     * over j in order) */
-    const int nv_s = (n + sl - 1) / sl;
-    for (int s0 = 0, k = 0; s0 < n; s0 += sl, k++) {
-        const int w = n - s0 < sl ? n - s0 : sl;
-        if (nx) prefetch_share(j, nx, k, nv_s, 2);
-        if (j->f16_v)
-            ops->pv_f16(R - r0, Dp, w, S + (size_t)r0 * TP + s0, TP, (const uint16_t *const *)(sc + L->vp) + s0,
-                        A + (size_t)r0 * Dp, Dp);
-        else
-            ops->pv(R - r0, Dp, w, S + (size_t)r0 * TP + s0, TP, (const float *const *)(sc + L->vp) + s0,
-                    A + (size_t)r0 * Dp, Dp);
-    }
+}
+
+/* One tile [p0, p0 + n) of the online softmax of the unit's rows (queries
+ * t0 .. t1-1 of KV head hk, scaled in Qs): load it, then S = Qs . K^T,
+ * per row m, l and A brought up to date (see the top), A += S . V.  A row
+ * whose query sees nothing of the range keeps m = -inf, l = 0, A = 0. */
+static void range_tile(const flash_job *j, float *sc, const float *Qs, int t0, int t1, int hk, int p0, int n,
+                       int first, float *m, float *l, float *A) {
+    const int R = (t1 - t0) * j->L.G, nc = round8(n);
+    load_tile(j, sc, 0, hk, p0, n, nc, first, true);
+    /* rows whose query sees p0: q_pos0 + t >= p0 (a suffix of the rows) */
+    const int t_first = p0 - j->d->q_pos0 > t0 ? p0 - j->d->q_pos0 : t0;
+    if (t_first >= t1) return; /* no query of the unit reaches this tile */
+    const int r0 = (t_first - t0) * j->L.G;
+    tile_scores(j, sc, 0, Qs, r0, R, 0, nc, 0);
+    tile_softmax(j, slot_S(&j->L, sc, 0), t0, r0, R, p0, n, m, l, A);
+    tile_pv(j, sc, 0, r0, R, 0, n, A, 0);
+}
+
+/* One tile [p0, p0 + n) of nh (<= FLASH_NH) KV heads hk0 .. of a decode
+ * step at once (split_item, rows read in place): range_tile's arithmetic
+ * per head (Qs[h] its queries; m[h], l[h], A[h] its partials), with the
+ * heads' products interleaved slice by slice, so a thread reads nh runs of
+ * K, then nh of V, and the products ask for every line of each run
+ * FLASH_PF_STREAM bytes ahead of its use, one request per line spread over
+ * the work.  (A head's run goes on past a block's end when the sequence's
+ * blocks are consecutive, the usual case, kv/paged.h; elsewhere a request
+ * is wasted, never wrong: prefetches do not fault.)
+ *
+ * Zen 5 (family 26 model 2), 2 threads, kvant-kernels --attn --depth 8192
+ * --layers 12, two alternating rounds, us per layer against the one-head
+ * steps before with the next step's runs asked for into L2: stories110M
+ * (12 / 12 x 64) 696-741 against 1066-1101, tinyllama (32 / 4 x 64)
+ * 434-468 against 631-647, MQA (8 / 1 x 256) 385-467 against 517-527.
+ * Asked for a slice at a time (32 lines per head, then its products):
+ * 845-979 for stories110M; 1 or 2 heads at once 1193-1516; 6 or 12 heads
+ * within noise of 4; 1024 or 3072 bytes ahead slower. */
+static void range_heads(const flash_job *j, float *sc, const float *const *Qs, int hk0, int nh, int p0, int n,
+                        int first, float *const *m, float *const *l, float *const *A) {
+    const int T = j->d->T, R = T * j->L.G, nc = round8(n);
+    for (int h = 0; h < nh; h++) load_tile(j, sc, h, hk0 + h, p0, n, nc, first, false);
+    const int t_first = p0 - j->d->q_pos0 > 0 ? p0 - j->d->q_pos0 : 0;
+    if (t_first >= T) return; /* no query reaches this tile */
+    const int r0 = t_first * j->L.G;
+    for (int s0 = 0; s0 < nc; s0 += FLASH_SLICE)
+        for (int h = 0; h < nh; h++)
+            tile_scores(j, sc, h, Qs[h], r0, R, s0, nc - s0 < FLASH_SLICE ? nc - s0 : FLASH_SLICE, FLASH_PF_STREAM);
+    for (int h = 0; h < nh; h++) tile_softmax(j, slot_S(&j->L, sc, h), 0, r0, R, p0, n, m[h], l[h], A[h]);
+    for (int s0 = 0; s0 < n; s0 += FLASH_SLICE)
+        for (int h = 0; h < nh; h++)
+            tile_pv(j, sc, h, r0, R, s0, n - s0 < FLASH_SLICE ? n - s0 : FLASH_SLICE, A[h], FLASH_PF_STREAM);
 }
 
 /* The online softmax of the unit's rows (queries in Qs) over the tiles of
@@ -573,7 +626,7 @@ static void unit_range(const flash_job *j, float *sc, int t0, int t1, int hk, in
     range_start((t1 - t0) * j->L.G, j->L.Dp, m, l, A);
     const int first = kern_attn_first_pos(j->d, j->d->q_pos0 + t0);
     for (int p0 = ps; p0 < pe; p0 += j->L.tile)
-        range_tile(j, sc, sc + j->L.qs, t0, t1, hk, p0, pe - p0 < j->L.tile ? pe - p0 : j->L.tile, first, m, l, A, NULL);
+        range_tile(j, sc, sc + j->L.qs, t0, t1, hk, p0, pe - p0 < j->L.tile ? pe - p0 : j->L.tile, first, m, l, A);
 }
 
 /* Folds one chunk's partial (m, l, A: unit_range's) into the running
@@ -672,7 +725,9 @@ static float *head_slot(const flash_job *j, int i, int h) {
  * depth 8192 in 919-987 us per layer against 1085-1109 (kvant-kernels
  * --attn -t 2 --layers 12).  When the pool was laid out block by block this
  * order read each block front to back (+31% at depth 8192 on the Intel
- * Xeon, against a 2 KB run per head and block).  Per head the arithmetic
+ * Xeon, against a 2 KB run per head and block).  Rows read in place take
+ * FLASH_NH heads per step (range_heads; one when the rows outnumber
+ * FLASH_NH_ROWS), other caches one (range_tile).  Per head the arithmetic
  * is unit_range's, tile for tile. */
 static void split_item(const flash_job *j, float *sc, int i) {
     const int g = i % j->n_groups, c = j->c0 + i / j->n_groups, R = j->d->T * j->L.G;
@@ -686,30 +741,28 @@ static void split_item(const flash_job *j, float *sc, int i) {
     }
     const int a = c * j->chunk > j->ps ? c * j->chunk : j->ps, b = (c + 1) * j->chunk < j->pe ? (c + 1) * j->chunk : j->pe;
     const int first = kern_attn_first_pos(j->d, j->d->q_pos0);
-    const bool ahead = j->pf_l2 && j->in_place;
-    for (int p0 = a; p0 < b; p0 += j->L.tile)
-        for (int hk = hk0; hk < hk1; hk++) {
-            float *slot = head_slot(j, i, hk - hk0);
-            /* where kern_prefetch_l2_amd512, the next (tile, head) step's runs,
-             * asked for while this one computes (a step ahead: on Zen 4
-             * stories110M's attention at depth 8192 in 1003-1045 us per
-             * layer against 1100-1148, the MQA shape 714-795 against
-             * 770-799; kvant-kernels --attn -t 2 --layers 12), its K
-             * during the scores and its V during P.V, a share per slice
-             * of FLASH_SLICE keys (range_tile's nx), rather than all 256
-             * lines at once (779-1025 us against 937-1150, and kvant
-             * bench -d 8192 of stories110M 76-78 t/s against 58-64,
-             * alternating, with one burst per product; 94-95 against
-             * 77-85 with the slices: bursts overran the miss queues).
-             * The tile's own prefetch in load_tile stays: without it
-             * 72-85 t/s against 90-92.  On the Intel Xeon a next-tile L2
-             * prefetch measured 25% slower. */
-            const int nh = hk + 1 < hk1 ? hk + 1 : hk0, np0 = hk + 1 < hk1 ? p0 : p0 + j->L.tile;
-            const int nx[3] = {nh, np0, b - np0 < j->L.tile ? b - np0 : j->L.tile};
-            range_tile(j, sc, Qg + (size_t)(hk - hk0) * qh, 0, j->d->T, hk, p0,
-                       b - p0 < j->L.tile ? b - p0 : j->L.tile, first, slot, slot + lo, slot + ao,
-                       ahead && np0 < b ? nx : NULL);
+    const int step = !j->in_place ? 0 : R <= FLASH_NH_ROWS ? FLASH_NH : 1; /* heads per range_heads */
+    for (int p0 = a; p0 < b; p0 += j->L.tile) {
+        const int n = b - p0 < j->L.tile ? b - p0 : j->L.tile;
+        if (!step) {
+            for (int hk = hk0; hk < hk1; hk++) {
+                float *slot = head_slot(j, i, hk - hk0);
+                range_tile(j, sc, Qg + (size_t)(hk - hk0) * qh, 0, j->d->T, hk, p0, n, first, slot, slot + lo, slot + ao);
+            }
+            continue;
         }
+        for (int h0 = hk0; h0 < hk1; h0 += step) {
+            const int nh = hk1 - h0 < step ? hk1 - h0 : step;
+            const float *Qs[FLASH_NH];
+            float *m[FLASH_NH], *l[FLASH_NH], *A[FLASH_NH];
+            for (int h = 0; h < nh; h++) {
+                float *slot = head_slot(j, i, h0 + h - hk0);
+                Qs[h] = Qg + (size_t)(h0 + h - hk0) * qh;
+                m[h] = slot, l[h] = slot + lo, A[h] = slot + ao;
+            }
+            range_heads(j, sc, Qs, h0, nh, p0, n, first, m, l, A);
+        }
+    }
 }
 
 static void flash_task(void *ctx, int ith, int nth) {

@@ -8,7 +8,14 @@
  * n positions in a tile, nc = n rounded up to 8.  ld* are row strides in
  * floats, multiples of 8; scratch pointers are 32-byte aligned; row
  * pointers (K[j], V[j]: D or Dp floats, maybe straight from the cache)
- * need only float alignment. */
+ * need only float alignment.
+ *
+ * pf: 0, or how many bytes past each K or V row to ask for (prefetch into
+ * L1) as the products take the row, Dp elements of 2 (F16) or 4 bytes: a
+ * decode step reads each head's rows as one run (attn_flash.c
+ * range_heads), so this asks for the run's lines pf bytes ahead of their
+ * use, one request per line, spread over the work.  No result depends on
+ * it. */
 #ifndef KVANT_KERNELS_ATTN_FLASH_H
 #define KVANT_KERNELS_ATTN_FLASH_H
 
@@ -20,9 +27,10 @@ typedef struct {
      * every call of a table: 8 lanes, lane i summing over d = i mod 8 in
      * order, then ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)); so it
      * depends neither on R nor on the other rows and keys. */
-    void (*scores_rows)(int R, int Dp, int nc, const float *Q, int ldq, const float *const *K, float *S, int lds);
+    void (*scores_rows)(int R, int Dp, int nc, const float *Q, int ldq, const float *const *K, float *S, int lds,
+                        int pf);
     /* A[r][c] += sum_j P[r][j] * V[j][c]   r < R, c < Dp, j < n  (V[j]: row pointers) */
-    void (*pv)(int R, int Dp, int n, const float *P, int ldp, const float *const *V, float *A, int lda);
+    void (*pv)(int R, int Dp, int n, const float *P, int ldp, const float *const *V, float *A, int lda, int pf);
     /* max of s[0..n), n >= 1 */
     float (*row_max)(const float *s, int n);
     /* s[j] = 2^(s[j] - m) for j < nv, 0 for nv <= j < nc; returns the sum.
@@ -32,9 +40,9 @@ typedef struct {
     void (*row_scale)(float *a, int n, float c);
     /* as pv and scores_rows with F16 rows (straight from an F16 cache),
      * converted in registers: the same results as converting the rows first */
-    void (*pv_f16)(int R, int Dp, int n, const float *P, int ldp, const uint16_t *const *V, float *A, int lda);
+    void (*pv_f16)(int R, int Dp, int n, const float *P, int ldp, const uint16_t *const *V, float *A, int lda, int pf);
     void (*scores_rows_f16)(int R, int Dp, int nc, const float *Q, int ldq, const uint16_t *const *K, float *S,
-                            int lds);
+                            int lds, int pf);
     /* y[0..n) = IEEE half x[0..n) as floats */
     void (*f16_to_f32)(const uint16_t *x, float *y, int n);
     /* y[0..32*nb) = nb Q8_0 blocks (kernels/quants.h) as floats */

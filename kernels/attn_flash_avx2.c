@@ -24,7 +24,9 @@ static inline float hmax(__m256 v) {
 
 /* A[r][c] += sum_j P[r][j] * V[j][c] */
 /* rows of floats, or of halves (f16) converted in registers: the same FMAs */
-AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const *V, float *A, int lda, const bool f16) {
+AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const *V, float *A, int lda, const bool f16,
+               int pf) {
+    const int rb = Dp * (f16 ? 2 : 4); /* a V row's bytes, asked for in the first block's first column pass */
     int r = 0;
     for (; r + 4 <= R; r += 4) {
         const float *p0 = P + (size_t)r * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
@@ -36,6 +38,7 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
             __m256 a20 = _mm256_loadu_ps(o2 + c), a21 = _mm256_loadu_ps(o2 + c + 8);
             __m256 a30 = _mm256_loadu_ps(o3 + c), a31 = _mm256_loadu_ps(o3 + c + 8);
             for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
                 const __m256 v0 = ld8(V[j], c, f16), v1 = ld8(V[j], c + 8, f16);
                 __m256 b = _mm256_broadcast_ss(p0 + j);
                 a00 = _mm256_fmadd_ps(b, v0, a00); a01 = _mm256_fmadd_ps(b, v1, a01);
@@ -55,6 +58,7 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
             __m256 a0 = _mm256_loadu_ps(o0 + c), a1 = _mm256_loadu_ps(o1 + c);
             __m256 a2 = _mm256_loadu_ps(o2 + c), a3 = _mm256_loadu_ps(o3 + c);
             for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
                 const __m256 v0 = ld8(V[j], c, f16);
                 a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + j), v0, a0);
                 a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(p1 + j), v0, a1);
@@ -73,6 +77,7 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
             __m256 a[8];
             for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(o0 + c + 8 * i);
             for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
                 const __m256 b = _mm256_broadcast_ss(p0 + j);
                 for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(b, ld8(V[j], c + 8 * i, f16), a[i]);
             }
@@ -82,6 +87,7 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
             __m256 a0 = _mm256_loadu_ps(o0 + c), a1 = _mm256_loadu_ps(o0 + c + 8);
             __m256 a2 = _mm256_loadu_ps(o0 + c + 16), a3 = _mm256_loadu_ps(o0 + c + 24);
             for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
                 const __m256 b = _mm256_broadcast_ss(p0 + j);
                 a0 = _mm256_fmadd_ps(b, ld8(V[j], c, f16), a0);
                 a1 = _mm256_fmadd_ps(b, ld8(V[j], c + 8, f16), a1);
@@ -93,17 +99,21 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
         }
         for (; c < Dp; c += 8) {
             __m256 a0 = _mm256_loadu_ps(o0 + c);
-            for (int j = 0; j < n; j++) a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + j), ld8(V[j], c, f16), a0);
+            for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
+                a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p0 + j), ld8(V[j], c, f16), a0);
+            }
             _mm256_storeu_ps(o0 + c, a0);
         }
     }
 }
 
-static void pv_avx2(int R, int Dp, int n, const float *P, int ldp, const float *const *V, float *A, int lda) {
-    pv_body(R, Dp, n, P, ldp, (const void *const *)V, A, lda, false);
+static void pv_avx2(int R, int Dp, int n, const float *P, int ldp, const float *const *V, float *A, int lda, int pf) {
+    pv_body(R, Dp, n, P, ldp, (const void *const *)V, A, lda, false, pf);
 }
-static void pv_f16_avx2(int R, int Dp, int n, const float *P, int ldp, const uint16_t *const *V, float *A, int lda) {
-    pv_body(R, Dp, n, P, ldp, (const void *const *)V, A, lda, true);
+static void pv_f16_avx2(int R, int Dp, int n, const float *P, int ldp, const uint16_t *const *V, float *A, int lda,
+                        int pf) {
+    pv_body(R, Dp, n, P, ldp, (const void *const *)V, A, lda, true, pf);
 }
 
 /* S[r][j]: the chain of kernels/attn_flash.h, per block of RB rows x KB
@@ -114,9 +124,10 @@ static void pv_f16_avx2(int R, int Dp, int n, const float *P, int ldp, const uin
  * which is the table's tree for every accumulator (reduce8 in
  * kernels/attn_flash_simd.h). */
 AI void score_block(const int RB, const int KB, int Dp, const float *Q, int ldq, const void *const *K, float *S,
-                    int lds, const bool f16) {
+                    int lds, const bool f16, int pf) {
     __m256 acc[8];
     for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+    for (int kb = 0; kb < KB; kb++) pf_row(K[kb], pf, Dp * (f16 ? 2 : 4));
     for (int d = 0; d < Dp; d += 8) {
         if (RB == 1) {
             const __m256 q = _mm256_loadu_ps(Q + d);
@@ -141,32 +152,35 @@ AI void score_block(const int RB, const int KB, int Dp, const float *Q, int ldq,
         for (int kb = 0; kb < KB; kb++) S[(size_t)rb * lds + kb] = t[rb * KB + kb];
 }
 AI void scores_body(int R, int Dp, int nc, const float *Q, int ldq, const void *const *K, float *S, int lds,
-                    const bool f16) {
-    for (int r = 0; r < R;) { /* 8, 4, 2 or 1 rows; nc is a multiple of 8 */
+                    const bool f16, int pf) {
+    /* 8, 4, 2 or 1 rows; nc is a multiple of 8.  The keys' lines are asked
+     * for (pf) in the first pass over them. */
+    for (int r = 0; r < R;) {
         const float *q = Q + (size_t)r * ldq;
         float *s = S + (size_t)r * lds;
         if (R - r >= 8) {
-            for (int j = 0; j < nc; j++) score_block(8, 1, Dp, q, ldq, K + j, s + j, lds, f16);
+            for (int j = 0; j < nc; j++) score_block(8, 1, Dp, q, ldq, K + j, s + j, lds, f16, r ? 0 : pf);
             r += 8;
         } else if (R - r >= 4) {
-            for (int j = 0; j < nc; j += 2) score_block(4, 2, Dp, q, ldq, K + j, s + j, lds, f16);
+            for (int j = 0; j < nc; j += 2) score_block(4, 2, Dp, q, ldq, K + j, s + j, lds, f16, r ? 0 : pf);
             r += 4;
         } else if (R - r >= 2) {
-            for (int j = 0; j < nc; j += 4) score_block(2, 4, Dp, q, ldq, K + j, s + j, lds, f16);
+            for (int j = 0; j < nc; j += 4) score_block(2, 4, Dp, q, ldq, K + j, s + j, lds, f16, r ? 0 : pf);
             r += 2;
         } else {
-            for (int j = 0; j < nc; j += 8) score_block(1, 8, Dp, q, ldq, K + j, s + j, lds, f16);
+            for (int j = 0; j < nc; j += 8) score_block(1, 8, Dp, q, ldq, K + j, s + j, lds, f16, r ? 0 : pf);
             r += 1;
         }
     }
 }
 
-static void scores_rows_avx2(int R, int Dp, int nc, const float *Q, int ldq, const float *const *K, float *S, int lds) {
-    scores_body(R, Dp, nc, Q, ldq, (const void *const *)K, S, lds, false);
+static void scores_rows_avx2(int R, int Dp, int nc, const float *Q, int ldq, const float *const *K, float *S, int lds,
+                             int pf) {
+    scores_body(R, Dp, nc, Q, ldq, (const void *const *)K, S, lds, false, pf);
 }
 static void scores_rows_f16_avx2(int R, int Dp, int nc, const float *Q, int ldq, const uint16_t *const *K, float *S,
-                                 int lds) {
-    scores_body(R, Dp, nc, Q, ldq, (const void *const *)K, S, lds, true);
+                                 int lds, int pf) {
+    scores_body(R, Dp, nc, Q, ldq, (const void *const *)K, S, lds, true, pf);
 }
 
 static float row_max_avx2(const float *s, int n) {

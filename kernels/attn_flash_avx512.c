@@ -57,9 +57,10 @@ AI __m512 pairsum(__m512 a, __m512 b) {
  * half the register file: a K pair loaded and converted once feeds RB
  * FMAs, a query chunk KP): key 2 kp + h of the block is K[2 kp + h] */
 AI void score_block(const int RB, const int KP, int Dp, const float *Q, int ldq, const void *const *K, float *S,
-                    int lds, const bool f16) {
+                    int lds, const bool f16, int pf) {
     __m512 acc[16];
     for (int i = 0; i < RB * KP; i++) acc[i] = _mm512_setzero_ps();
+    for (int k = 0; k < 2 * KP; k++) pf_row(K[k], pf, Dp * (f16 ? 2 : 4));
     for (int d = 0; d < Dp; d += 8) {
         __m512 kv[8];
         for (int kp = 0; kp < KP; kp++) kv[kp] = ld_pair(K[2 * kp], K[2 * kp + 1], d, f16);
@@ -99,41 +100,45 @@ AI void score_block(const int RB, const int KP, int Dp, const float *Q, int ldq,
 }
 
 AI void scores_body(int R, int Dp, int nc, const float *Q, int ldq, const void *const *K, float *S, int lds,
-                    const bool f16) {
-    for (int r = 0; r < R;) { /* 8, 4, 2 or 1 rows; nc is a multiple of 8 */
+                    const bool f16, int pf) {
+    /* 8, 4, 2 or 1 rows; nc is a multiple of 8.  The keys' lines are asked
+     * for (pf) in the first pass over them. */
+    for (int r = 0; r < R;) {
         const float *q = Q + (size_t)r * ldq;
         float *s = S + (size_t)r * lds;
         if (R - r >= 8) {
-            for (int j = 0; j < nc; j += 4) score_block(8, 2, Dp, q, ldq, K + j, s + j, lds, f16);
+            for (int j = 0; j < nc; j += 4) score_block(8, 2, Dp, q, ldq, K + j, s + j, lds, f16, r ? 0 : pf);
             r += 8;
         } else if (R - r >= 4) {
-            for (int j = 0; j < nc; j += 8) score_block(4, 4, Dp, q, ldq, K + j, s + j, lds, f16);
+            for (int j = 0; j < nc; j += 8) score_block(4, 4, Dp, q, ldq, K + j, s + j, lds, f16, r ? 0 : pf);
             r += 4;
         } else if (R - r >= 2) {
             int j = 0;
-            for (; j + 16 <= nc; j += 16) score_block(2, 8, Dp, q, ldq, K + j, s + j, lds, f16);
-            for (; j < nc; j += 8) score_block(2, 4, Dp, q, ldq, K + j, s + j, lds, f16);
+            for (; j + 16 <= nc; j += 16) score_block(2, 8, Dp, q, ldq, K + j, s + j, lds, f16, r ? 0 : pf);
+            for (; j < nc; j += 8) score_block(2, 4, Dp, q, ldq, K + j, s + j, lds, f16, r ? 0 : pf);
             r += 2;
         } else { /* one row: 16 keys at a time (8 chains in flight), then 8 */
             int j = 0;
-            for (; j + 16 <= nc; j += 16) score_block(1, 8, Dp, q, ldq, K + j, s + j, lds, f16);
-            for (; j < nc; j += 8) score_block(1, 4, Dp, q, ldq, K + j, s + j, lds, f16);
+            for (; j + 16 <= nc; j += 16) score_block(1, 8, Dp, q, ldq, K + j, s + j, lds, f16, r ? 0 : pf);
+            for (; j < nc; j += 8) score_block(1, 4, Dp, q, ldq, K + j, s + j, lds, f16, r ? 0 : pf);
             r += 1;
         }
     }
 }
 
 static void scores_rows_avx512(int R, int Dp, int nc, const float *Q, int ldq, const float *const *K, float *S,
-                               int lds) {
-    scores_body(R, Dp, nc, Q, ldq, (const void *const *)K, S, lds, false);
+                               int lds, int pf) {
+    scores_body(R, Dp, nc, Q, ldq, (const void *const *)K, S, lds, false, pf);
 }
 static void scores_rows_f16_avx512(int R, int Dp, int nc, const float *Q, int ldq, const uint16_t *const *K, float *S,
-                                   int lds) {
-    scores_body(R, Dp, nc, Q, ldq, (const void *const *)K, S, lds, true);
+                                   int lds, int pf) {
+    scores_body(R, Dp, nc, Q, ldq, (const void *const *)K, S, lds, true, pf);
 }
 
 /* A[r][c] += sum_j P[r][j] V[j][c], each element one FMA chain over j */
-AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const *V, float *A, int lda, const bool f16) {
+AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const *V, float *A, int lda, const bool f16,
+               int pf) {
+    const int rb = Dp * (f16 ? 2 : 4); /* a V row's bytes, asked for in the first block's first column pass */
     int r = 0;
     /* 8 rows x 32 columns (GQA: a KV head's 8 query rows): 16 chains, each
      * V load converted once for 8 rows, half the conversions of two 4-row
@@ -147,6 +152,7 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
             __m512 a[8][2];
             for (int i = 0; i < 8; i++) a[i][0] = _mm512_loadu_ps(o[i] + c), a[i][1] = _mm512_loadu_ps(o[i] + c + 16);
             for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
                 const __m512 v0 = ld16(V[j], c, f16), v1 = ld16(V[j], c + 16, f16);
                 for (int i = 0; i < 8; i++) {
                     const __m512 b = _mm512_set1_ps(p[i][j]);
@@ -160,6 +166,7 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
             __m512 a[8];
             for (int i = 0; i < 8; i++) a[i] = _mm512_loadu_ps(o[i] + c);
             for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
                 const __m512 v0 = ld16(V[j], c, f16);
                 for (int i = 0; i < 8; i++) a[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i][j]), v0, a[i]);
             }
@@ -169,6 +176,7 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
             __m256 a[8];
             for (int i = 0; i < 8; i++) a[i] = _mm256_loadu_ps(o[i] + c);
             for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
                 const __m256 v0 = ld8(V[j], c, f16);
                 for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(_mm256_set1_ps(p[i][j]), v0, a[i]);
             }
@@ -186,6 +194,7 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
             for (int i = 0; i < 4; i++)
                 for (int k = 0; k < 4; k++) a[i][k] = _mm512_loadu_ps(o[i] + c + 16 * k);
             for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
                 __m512 v[4];
                 for (int k = 0; k < 4; k++) v[k] = ld16(V[j], c + 16 * k, f16);
                 for (int i = 0; i < 4; i++) {
@@ -202,6 +211,7 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
             __m512 a20 = _mm512_loadu_ps(o2 + c), a21 = _mm512_loadu_ps(o2 + c + 16);
             __m512 a30 = _mm512_loadu_ps(o3 + c), a31 = _mm512_loadu_ps(o3 + c + 16);
             for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
                 const __m512 v0 = ld16(V[j], c, f16), v1 = ld16(V[j], c + 16, f16);
                 __m512 b = _mm512_set1_ps(p0[j]);
                 a00 = _mm512_fmadd_ps(b, v0, a00); a01 = _mm512_fmadd_ps(b, v1, a01);
@@ -221,6 +231,7 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
             __m512 a0 = _mm512_loadu_ps(o0 + c), a1 = _mm512_loadu_ps(o1 + c);
             __m512 a2 = _mm512_loadu_ps(o2 + c), a3 = _mm512_loadu_ps(o3 + c);
             for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
                 const __m512 v0 = ld16(V[j], c, f16);
                 a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[j]), v0, a0);
                 a1 = _mm512_fmadd_ps(_mm512_set1_ps(p1[j]), v0, a1);
@@ -234,6 +245,7 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
             __m256 a0 = _mm256_loadu_ps(o0 + c), a1 = _mm256_loadu_ps(o1 + c);
             __m256 a2 = _mm256_loadu_ps(o2 + c), a3 = _mm256_loadu_ps(o3 + c);
             for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
                 const __m256 v0 = ld8(V[j], c, f16);
                 a0 = _mm256_fmadd_ps(_mm256_set1_ps(p0[j]), v0, a0);
                 a1 = _mm256_fmadd_ps(_mm256_set1_ps(p1[j]), v0, a1);
@@ -252,6 +264,7 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
             __m512 a[8];
             for (int i = 0; i < 8; i++) a[i] = _mm512_loadu_ps(o0 + c + 16 * i);
             for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
                 const __m512 b = _mm512_set1_ps(p0[j]);
                 for (int i = 0; i < 8; i++) a[i] = _mm512_fmadd_ps(b, ld16(V[j], c + 16 * i, f16), a[i]);
             }
@@ -261,6 +274,7 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
             __m512 a[4];
             for (int i = 0; i < 4; i++) a[i] = _mm512_loadu_ps(o0 + c + 16 * i);
             for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
                 const __m512 b = _mm512_set1_ps(p0[j]);
                 for (int i = 0; i < 4; i++) a[i] = _mm512_fmadd_ps(b, ld16(V[j], c + 16 * i, f16), a[i]);
             }
@@ -268,22 +282,29 @@ AI void pv_body(int R, int Dp, int n, const float *P, int ldp, const void *const
         }
         for (; c + 16 <= Dp; c += 16) {
             __m512 a0 = _mm512_loadu_ps(o0 + c);
-            for (int j = 0; j < n; j++) a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[j]), ld16(V[j], c, f16), a0);
+            for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(p0[j]), ld16(V[j], c, f16), a0);
+            }
             _mm512_storeu_ps(o0 + c, a0);
         }
         for (; c < Dp; c += 8) {
             __m256 a0 = _mm256_loadu_ps(o0 + c);
-            for (int j = 0; j < n; j++) a0 = _mm256_fmadd_ps(_mm256_set1_ps(p0[j]), ld8(V[j], c, f16), a0);
+            for (int j = 0; j < n; j++) {
+                if (c == 0 && r == 0) pf_row(V[j], pf, rb);
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(p0[j]), ld8(V[j], c, f16), a0);
+            }
             _mm256_storeu_ps(o0 + c, a0);
         }
     }
 }
 
-static void pv_avx512(int R, int Dp, int n, const float *P, int ldp, const float *const *V, float *A, int lda) {
-    pv_body(R, Dp, n, P, ldp, (const void *const *)V, A, lda, false);
+static void pv_avx512(int R, int Dp, int n, const float *P, int ldp, const float *const *V, float *A, int lda, int pf) {
+    pv_body(R, Dp, n, P, ldp, (const void *const *)V, A, lda, false, pf);
 }
-static void pv_f16_avx512(int R, int Dp, int n, const float *P, int ldp, const uint16_t *const *V, float *A, int lda) {
-    pv_body(R, Dp, n, P, ldp, (const void *const *)V, A, lda, true);
+static void pv_f16_avx512(int R, int Dp, int n, const float *P, int ldp, const uint16_t *const *V, float *A, int lda,
+                          int pf) {
+    pv_body(R, Dp, n, P, ldp, (const void *const *)V, A, lda, true, pf);
 }
 
 void attn_flash_avx512_install(attn_flash_ops *ops) {

@@ -19,6 +19,14 @@ AI __m256 ld8(const void *row, int c, const bool f16) {
                : _mm256_loadu_ps((const float *)row + c);
 }
 
+/* the lines of a row of `bytes` bytes, pf bytes further on, into L1
+ * (kernels/attn_flash.h's pf; nothing when pf = 0) */
+AI void pf_row(const void *row, int pf, int bytes) {
+    if (!pf) return;
+    const char *p = (const char *)row + pf;
+    for (int o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
 /* The tree of kernels/attn_flash.h for 8 accumulators a[0..7] (each one
  * score's 8 lanes): hadd pairs lanes (0+1, 2+3, ..), the second hadd the
  * pairs, and the two 128-bit halves are added last.  Returns the 8 scores. */

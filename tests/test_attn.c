@@ -623,12 +623,15 @@ static void test_flash_split(void **state) {
     /* groups of several KV heads (hg > 1) in more than one group, many
      * chunks, and the decoding cache's rows read in place (F16 / F32,
      * head-major): with 8 KV heads and 2-8 threads, 200-700 positions in
-     * chunks of 64-192 leave 2-4 groups of 2-4 heads */
+     * chunks of 64-192 leave 2-4 groups of 2-4 heads; with 12 (stories110M's
+     * MHA) groups of 12, 6 or 4, which range_heads takes 4 heads at a time
+     * (4 + 2 for a group of 6) */
     const int group_types[] = {KT_F16, KT_F32};
     for (size_t gi = 0; gi < 2; gi++)
         for (int P = 200; P <= 700; P += 500) {
             n_cases += split_cases(group_types[gi], valid_layout(HEADS16, group_types[gi], 64), 16, 8, 64, P, 1, 0, 0.0f);
             n_cases += split_cases(group_types[gi], valid_layout(PAGED5, group_types[gi], 64), 16, 8, 64, P, 1, 0, 0.0f);
+            n_cases += split_cases(group_types[gi], valid_layout(HEADS16, group_types[gi], 64), 12, 12, 64, P, 1, 0, 0.0f);
         }
     const int64_t split_runs = kern_attn_flash_split_calls() - calls0;
     print_message("%d split cases, %lld kernel calls took the split path\n", n_cases, (long long)split_runs);
