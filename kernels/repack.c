@@ -563,6 +563,9 @@ static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out
         j.dec = kern_pack_dec_avx512(wtype, &j.dec_ng);
     }
     if (!ref && !ptq && !j.tile && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
+    /* the avx2 tier's decode runs (repack_avx2.c dec_q8, dec_legacy); at the
+     * avx512 tier Zen 4 (no kern_pack_dec_avx512) keeps one group at a time */
+    if (!ref && !ptq && kern_active_tier() == KERN_TIER_AVX2) j.dec = kern_pack_dec_avx2(wtype, &j.dec_ng);
 #endif
     if (T != 1) j.dec = NULL; /* decode only */
     /* the quantizers give the _ref bytes at every tier: Q8_0's and Q8_1's

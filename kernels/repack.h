@@ -173,6 +173,9 @@ typedef void (*kern_pack_dec_fn)(int64_t nb, float *y, const uint8_t *w, size_t 
  * none: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, S24_Q8 and S24_F16 where a zmm operation
  * costs one (not Zen 4) */
 kern_pack_dec_fn kern_pack_dec_avx512(int wtype, int *ng);
+/* the AVX2 one of wtype and its ng (kernels/repack_avx2.c), NULL if none:
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; used at the avx2 tier */
+kern_pack_dec_fn kern_pack_dec_avx2(int wtype, int *ng);
 /* For tests: kern_matmul_packed_ref's driver (one thread) with this tile
  * instead of the plain-C one, e.g. an AVX-512 tile compiled for emulation
  * (tests/repack_avx512_emulated.c); and, when T = 1, the groups that make

@@ -121,6 +121,82 @@ PACK_ENTRY(tile_q5_0, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q5_0))
 
 PACK_ENTRY(tile_q5_1, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q5_1))
 
+/* Decode (T = 1) over NG consecutive groups at once (kern_pack_dec_fn):
+ * NG streams gs bytes apart, each prefetched 1024 bytes ahead into L1, as
+ * repack_avx512.c's dec_q8 / dec_legacy read them, where tile_q8 and
+ * tile_legacy read one group (one stream) at a time.  With 16 ymm
+ * registers the block's activation broadcasts are loaded again for each
+ * group (a load from L1) rather than held.  Each group's integer sums and
+ * its fmaf chain are tile_q8's / tile_legacy's with C = 1, so the same
+ * bits (the 16-bit partial sums of tile_legacy too). */
+AI void dec_q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs, const uint8_t *a, const float *ad) {
+    __m256 acc[8];
+    for (int n = 0; n < NG; n++) acc[n] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *aq = a + (size_t)b * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
+        for (int n = 0; n < NG; n++) {
+            const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * 272;
+            prefetch_ahead(w, 272, 1024);
+            __m256i s = _mm256_setzero_si256();
+            for (int j = 0; j < 8; j++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * j));
+                const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(bcast4(aq + 4 * j), q));
+                s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+            }
+            q8_finish(1, w, &s, ad, 0, b, &acc[n]);
+        }
+    }
+    for (int n = 0; n < NG; n++) _mm256_storeu_ps(y + (size_t)n * KERN_PACK_ROWS, acc[n]);
+}
+
+AI void dec_legacy(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs, const uint8_t *a,
+                   const float *ad, const int32_t *as, const int kind) {
+    __m256 acc[8];
+    for (int n = 0; n < NG; n++) acc[n] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    const legacy_geo g = legacy_geo_of(kind);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *aq = a + (size_t)b * g.ab + g.aqo;
+        for (int n = 0; n < NG; n++) {
+            const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * g.xb;
+            prefetch_ahead(w, g.xb, 1024);
+            const __m256i qh = g.five ? _mm256_loadu_si256((const __m256i *)(w + g.qho)) : _mm256_setzero_si256();
+            __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++) {
+                __m256i lo, hi;
+                legacy_chunk(w, &g, qh, j, &lo, &hi);
+                const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(aq + 4 * j)),
+                                                   _mm256_maddubs_epi16(hi, bcast4(aq + 16 + 4 * j)));
+                if (j < 2 || !g.five) s0 = _mm256_add_epi16(s0, p);
+                else s1 = _mm256_add_epi16(s1, p);
+            }
+            __m256i i32 = _mm256_madd_epi16(s0, ones);
+            if (g.five) i32 = _mm256_add_epi32(i32, _mm256_madd_epi16(s1, ones));
+            legacy_finish(1, w, &g, &i32, as, ad, 0, b, &acc[n]);
+        }
+    }
+    for (int n = 0; n < NG; n++) _mm256_storeu_ps(y + (size_t)n * KERN_PACK_ROWS, acc[n]);
+}
+
+#ifndef DEC_NG
+#define DEC_NG 4
+#endif
+static void dec_q8_0(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad,
+                     const int32_t *as) {
+    (void)as;
+    dec_q8(DEC_NG, nb, y, w, gs, a, ad);
+}
+#define DEC_LEGACY(name, kind)                                                                         \
+    static void name(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad, \
+                     const int32_t *as) {                                                                  \
+        dec_legacy(DEC_NG, nb, y, w, gs, a, ad, as, kind);                                                 \
+    }
+DEC_LEGACY(dec_q4_0, L_Q4_0)
+DEC_LEGACY(dec_q4_1, L_Q4_1)
+DEC_LEGACY(dec_q5_0, L_Q5_0)
+DEC_LEGACY(dec_q5_1, L_Q5_1)
+
 /* 8 bytes (one per row) widened to both int16 halves of each row's lane:
  * broadcast to both 128-bit lanes, vpshufb puts row r's byte in lane r's
  * two int16 (low byte, zero above; or high byte, then an arithmetic shift
@@ -382,6 +458,18 @@ void kern_pack_quant_q8_k_avx2(const float *x, void *vy, int64_t n) {
 /* the 2:4 sparse S24_Q8 (kernels/repack_s24.c): the shared tile, vpmaddubsw dots */
 #define S24_VNNI 0
 #include "kernels/repack_s24_tile.h"
+
+kern_pack_dec_fn kern_pack_dec_avx2(int wtype, int *ng) {
+    *ng = DEC_NG;
+    switch (wtype) {
+    case KT_Q8_0: return dec_q8_0;
+    case KT_Q4_0: return dec_q4_0;
+    case KT_Q4_1: return dec_q4_1;
+    case KT_Q5_0: return dec_q5_0;
+    case KT_Q5_1: return dec_q5_1;
+    default: return NULL;
+    }
+}
 
 kern_pack_tile_fn kern_pack_tile_avx2(int wtype) {
     switch (wtype) {

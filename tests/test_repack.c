@@ -523,7 +523,7 @@ kern_pack_tile_fn kern_pack_tile_avx512_emulated(int wtype);
 kern_pack_dec_fn kern_pack_dec_avx512_emulated(int wtype, int *ng);
 #endif
 
-static void test_tile_avx512_emulated(void **state) {
+static void test_tiles_direct(void **state) {
     (void)state;
 #if defined(__x86_64__) || defined(_M_X64)
     if (kern_best_tier() < KERN_TIER_AVX2) skip();
@@ -534,11 +534,17 @@ static void test_tile_avx512_emulated(void **state) {
     for (int ti = 0; ti < NTYPES; ti++) {
         const int t = TYPES[ti];
         if (t == KT_F16) continue;
-        const kern_pack_tile_fn tiles[2] = {kern_pack_tile_avx512_emulated(t), real ? kern_pack_tile_avx512(t) : NULL};
-        /* the decode runs of several groups, where a type has them (Q8_0, the legacy 4/5-bit ones, 2:4) */
-        int ngs[2] = {0, 0};
-        const kern_pack_dec_fn decs[2] = {kern_pack_dec_avx512_emulated(t, &ngs[0]),
-                                          real ? kern_pack_dec_avx512(t, &ngs[1]) : NULL};
+        /* the emulated and the real AVX-512 tile, and the AVX2 one (with its decode runs: the avx2 tier's) */
+        const kern_pack_tile_fn tiles[3] = {kern_pack_tile_avx512_emulated(t), real ? kern_pack_tile_avx512(t) : NULL,
+                                            kern_pack_tile_avx2(t)};
+        /* the decode runs of several groups, where a type has them (Q8_0, the legacy 4/5-bit ones, 2:4;
+         * at the avx2 tier Q8_0 and the legacy ones) */
+        int ngs[3] = {0, 0, 0};
+        const kern_pack_dec_fn decs[3] = {kern_pack_dec_avx512_emulated(t, &ngs[0]),
+                                          real ? kern_pack_dec_avx512(t, &ngs[1]) : NULL, kern_pack_dec_avx2(t, &ngs[2])};
+        const bool has_dec2 = t == KT_Q8_0 || t == KT_Q4_0 || t == KT_Q4_1 || t == KT_Q5_0 || t == KT_Q5_1;
+        assert_true((decs[2] != NULL) == has_dec2);
+        assert_true(!has_dec2 || ngs[2] > 1);
         const bool has_dec = t == KT_Q8_0 || t == KT_Q4_0 || t == KT_Q4_1 || t == KT_Q5_0 || t == KT_Q5_1 ||
                              t == KT_S24_Q8 || t == KT_S24_F16;
         assert_non_null(tiles[0]);
@@ -559,13 +565,13 @@ static void test_tile_avx512_emulated(void **state) {
                 for (int i = 0; i < TMAX * K; i++) x[i] = flat ? (frand() < 0 ? -3.0f : 3.0f) : frand() * 3.0f;
                 for (int T = 1; T <= TMAX; T++) { /* tile widths C = 1..4 and the tails */
                     kern_matmul_packed_ref(P, t, x, yr, T, N, K);
-                    for (int r = 0; r < 2; r++) {
+                    for (int r = 0; r < 3; r++) {
                         if (!tiles[r]) continue;
                         memset(y, 0xff, sizeof(float) * TMAX * N);
                         kern_matmul_packed_tile(tiles[r], decs[r], ngs[r], P, t, x, y, T, N, K);
                         if (memcmp(y, yr, sizeof(float) * (size_t)T * (size_t)N))
-                            fail_msg("%s %s AVX-512 tile T=%d N=%d K=%d: not bit-identical to the packed ref",
-                                     kern_type_name(t), r ? "real" : "emulated", T, (int)N, (int)K);
+                            fail_msg("%s %s tile T=%d N=%d K=%d: not bit-identical to the packed ref", kern_type_name(t),
+                                     (const char *[]){"emulated AVX-512", "real AVX-512", "AVX2"}[r], T, (int)N, (int)K);
                     }
                 }
                 free(W); free(P); free(x); free(yr); free(y);
@@ -585,7 +591,7 @@ int main(void) {
         cmocka_unit_test(test_vs_matmul_ref),
         cmocka_unit_test(test_packed_n),
         cmocka_unit_test(test_decode_many_groups),
-        cmocka_unit_test(test_tile_avx512_emulated),
+        cmocka_unit_test(test_tiles_direct),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
