@@ -520,8 +520,9 @@ static void tile_scores(const flash_job *j, float *sc, int h, const float *Qs, i
     const int Dp = L->Dp, TP = L->TP;
     float *S = slot_S(L, sc, h) + (size_t)r0 * TP + s0;
     const float *const *kp = slot_kp(L, sc, h) + s0;
-    if (j->f16_k) j->ops->scores_rows_f16(R - r0, Dp, w, Qs + (size_t)r0 * Dp, Dp, (const uint16_t *const *)kp, S, TP, pf);
-    else j->ops->scores_rows(R - r0, Dp, w, Qs + (size_t)r0 * Dp, Dp, kp, S, TP, pf);
+    const float *q = Qs + (size_t)r0 * Dp;
+    if (j->f16_k) j->ops->scores_rows_f16(R - r0, Dp, w, q, Dp, (const uint16_t *const *)kp, S, TP, pf);
+    else j->ops->scores_rows(R - r0, Dp, w, q, Dp, kp, S, TP, pf);
 }
 static void tile_pv(const flash_job *j, float *sc, int h, int r0, int R, int s0, int w, float *A, int pf) {
     const flash_layout *L = &j->L;
@@ -747,7 +748,8 @@ static void split_item(const flash_job *j, float *sc, int i) {
         if (!step) {
             for (int hk = hk0; hk < hk1; hk++) {
                 float *slot = head_slot(j, i, hk - hk0);
-                range_tile(j, sc, Qg + (size_t)(hk - hk0) * qh, 0, j->d->T, hk, p0, n, first, slot, slot + lo, slot + ao);
+                range_tile(j, sc, Qg + (size_t)(hk - hk0) * qh, 0, j->d->T, hk, p0, n, first, slot, slot + lo,
+                           slot + ao);
             }
             continue;
         }

@@ -161,7 +161,7 @@ static void report_fill(void) {
              (x & XCR0_AVX512) == XCR0_AVX512 ? "on" : "off", amx, kern_tier_name(best),
              best >= KERN_TIER_AVX512 && kern_zmm_halved()
                  ? " (512-bit ops in two halves: F16 prefill on the AVX2 tile; decode prefetches into L2)"
-             : best >= KERN_TIER_AVX512 && kern_prefetch_l2_amd512() ? " (decode attention and S24_F16 prefetch into L2)"
+             : best >= KERN_TIER_AVX512 && kern_prefetch_l2_amd512() ? " (prefill attention tiles and S24_F16 prefetch into L2)"
                                                                     : "");
 #else
     snprintf(g_report, sizeof g_report, "not x86-64; best tier %s", kern_tier_name(best));

@@ -129,10 +129,13 @@ bool kern_zmm_halved(void);
 bool kern_prefetch_l2(void);
 /* The same choice where the L2 way measured better on both AMD AVX-512
  * generations, Zen 4 and Zen 5 (families 0x19 and 0x1A with AVX-512), L1
- * elsewhere: decode attention's K / V runs (kernels/attn_flash.c) and the
- * packed S24_F16 tile (repack_s24_tile.h).  Zen 5 (family 26 model 2, 2
- * threads, synthetic models, alternating kvant bench -n 32): stories110M
- * Q8_0 at depth 8192 53-60 t/s with them in L2 against 43-53 in L1;
+ * elsewhere: the K / V runs of a tile attention reads one head at a time
+ * (kernels/attn_flash.c load_tile: prefill units, and caches not read in
+ * place; a decode step over rows read in place asks for its lines into L1
+ * inside the products, range_heads) and the packed S24_F16 tile
+ * (repack_s24_tile.h).  Zen 5 (family 26 model 2, 2 threads, synthetic
+ * models, alternating kvant bench -n 32): stories110M Q8_0 at depth 8192
+ * 53-60 t/s with them in L2 against 43-53 in L1 (before range_heads);
  * tinyllama-1.1b S24_F16 24.8-29.5 against 22.7-25.2 (one group, one
  * stream, at a time; its decode now reads 4 groups at once into L1 where
  * the zmm tile serves, repack_s24_tile.h); while its dense
