@@ -122,7 +122,8 @@ PACK_ENTRY(tile_q5_0, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q5_0))
 PACK_ENTRY(tile_q5_1, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q5_1))
 
 /* Decode (T = 1) over NG consecutive groups at once (kern_pack_dec_fn):
- * NG streams gs bytes apart, each prefetched 1024 bytes ahead into L1, as
+ * NG streams gs bytes apart, each prefetched 1024 bytes ahead into L1
+ * (past a group's end, the next run's: repack_tile.h prefetch_dec), as
  * repack_avx512.c's dec_q8 / dec_legacy read them, where tile_q8 and
  * tile_legacy read one group (one stream) at a time.  With 16 ymm
  * registers the block's activation broadcasts are loaded again for each
@@ -137,7 +138,7 @@ AI void dec_q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs,
         const uint8_t *aq = a + (size_t)b * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
         for (int n = 0; n < NG; n++) {
             const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * 272;
-            prefetch_ahead(w, 272, 1024);
+            prefetch_dec(w, (size_t)b * 272, 272, 1024, gs, NG);
             __m256i s = _mm256_setzero_si256();
             for (int j = 0; j < 8; j++) {
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * j));
@@ -160,7 +161,7 @@ AI void dec_legacy(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t
         const uint8_t *aq = a + (size_t)b * g.ab + g.aqo;
         for (int n = 0; n < NG; n++) {
             const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * g.xb;
-            prefetch_ahead(w, g.xb, 1024);
+            prefetch_dec(w, (size_t)b * g.xb, g.xb, 1024, gs, NG);
             const __m256i qh = g.five ? _mm256_loadu_si256((const __m256i *)(w + g.qho)) : _mm256_setzero_si256();
             __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
             for (int j = 0; j < 4; j++) {

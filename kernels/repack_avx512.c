@@ -73,7 +73,8 @@ AI void tile_q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w,
 }
 
 /* Q8_0 decode over NG = 8 consecutive groups at once (kern_pack_dec_fn):
- * 8 streams gs bytes apart, each prefetched 1024 bytes ahead into L1, as
+ * 8 streams gs bytes apart, each prefetched 1024 bytes ahead into L1
+ * (past a group's end, the next run's: repack_tile.h prefetch_dec), as
  * the F16 tile reads (repack_f16_avx2.c), where tile_q8 reads one group,
  * one stream; the block's 8 activation dwords are broadcast once for the
  * 8 groups.  Each group's integer sums and its fmaf chain are tile_q8's
@@ -92,7 +93,7 @@ AI void dec_q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs,
         for (int j = 0; j < 8; j++) av[j] = bcast4(aq + 4 * j);
         for (int n = 0; n < NG; n++) {
             const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * 272;
-            prefetch_ahead(w, 272, 1024);
+            prefetch_dec(w, (size_t)b * 272, 272, 1024, gs, NG);
             __m256i s = _mm256_setzero_si256();
             for (int j = 0; j < 8; j++) {
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * j));
@@ -152,7 +153,7 @@ AI void dec_legacy(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t
         for (int j = 0; j < 8; j++) av[j] = bcast4(aq + 4 * (j % 4) + 16 * (j / 4));
         for (int n = 0; n < NG; n++) {
             const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * g.xb;
-            prefetch_ahead(w, g.xb, 1024);
+            prefetch_dec(w, (size_t)b * g.xb, g.xb, 1024, gs, NG);
             const __m256i qh = g.five ? _mm256_loadu_si256((const __m256i *)(w + g.qho)) : _mm256_setzero_si256();
             __m256i s = _mm256_setzero_si256();
             for (int j = 0; j < 4; j++) {

@@ -56,12 +56,15 @@ AI void tile(const bool bf, int64_t K, const int G, const int C, float *y, size_
         const bool l2 = kern_prefetch_l2();
 #define STEP8(k)                                                                                       \
     {                                                                                                  \
-        if (((k) & 3) == 0) /* a new line of every group's stream (4 k x 8 rows x 2 bytes) */          \
+        if (((k) & 3) == 0) { /* a new line of every group's stream (4 k x 8 rows x 2 bytes); past */  \
+            /* a group's end, the next run's (repack_tile.h prefetch_dec) */                            \
+            const size_t nx = (size_t)(k) * 16 + F16_PF + 64 <= 2 * gs ? 0 : 7 * 2 * gs;                \
             for (int g = 0; g < 8; g++) {                                                              \
-                const char *p = (const char *)(w + (size_t)g * gs + (size_t)(k) * 8) + F16_PF;         \
+                const char *p = (const char *)(w + (size_t)g * gs + (size_t)(k) * 8) + F16_PF + nx;    \
                 if (l2) _mm_prefetch(p, _MM_HINT_T1);                                                  \
                 else _mm_prefetch(p, _MM_HINT_T0);                                                     \
             }                                                                                          \
+        }                                                                                              \
         const __m256 av = A(0, k);                                                                     \
         F(acc0, W(0, k), av); F(acc1, W(1, k), av); F(acc2, W(2, k), av); F(acc3, W(3, k), av);        \
         F(acc4, W(4, k), av); F(acc5, W(5, k), av); F(acc6, W(6, k), av); F(acc7, W(7, k), av);        \

@@ -104,9 +104,10 @@ PACK_ENTRY(tile_s24_q8, tile_s24q8(nb, CC, y, ldy, w, a, ba))
 #if S24_VNNI
 /* Decode over NG = 8 consecutive groups at once (kern_pack_dec_fn), as
  * repack_avx512.c dec_q8 reads Q8_0: 8 streams gs bytes apart, each
- * prefetched 1024 bytes ahead into L1, the block's four activation windows
- * loaded once for the 8 groups.  Each group's index decoding, exact sums
- * and fmaf chain are tile_s24q8's with C = 1, so the same bits. */
+ * prefetched 1024 bytes ahead into L1 (prefetch_dec), the block's four
+ * activation windows loaded once for the 8 groups.  Each group's index
+ * decoding, exact sums and fmaf chain are tile_s24q8's with C = 1, so the
+ * same bits. */
 AI void dec_s24q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs, const uint8_t *a) {
     static const size_t WIN[4] = {offsetof(block_s24_a8, x), offsetof(block_s24_a8, y), offsetof(block_s24_a8, x) + 16,
                                   offsetof(block_s24_a8, y) + 16};
@@ -124,7 +125,7 @@ AI void dec_s24q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t 
         for (int hh = 0; hh < 2; hh++) memcpy(&da[hh], ab + offsetof(block_s24_a8, d) + 4 * sizeof(float) * (size_t)hh, 4);
         for (int n = 0; n < NG; n++) {
             const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * 336;
-            prefetch_ahead(w, 336, 1024);
+            prefetch_dec(w, (size_t)b * 336, 336, 1024, gs, NG);
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
             for (int hh = 0; hh < 2; hh++) {
                 __m256i s = _mm256_setzero_si256(), corr = _mm256_setzero_si256();
@@ -207,9 +208,9 @@ PACK_ENTRY(tile_s24_f16, tile_s24f16(nb, CC, y, ldy, w, a, ba))
  * tile.
  *
  * Decode takes NG = 4 consecutive groups at once (dec4_s24_f16_zmm):
- * four streams gs bytes apart, each prefetched PF_DIST ahead into L1, as
- * the F16 tile reads 8 (repack_f16_avx2.c); one group alone is one
- * stream, which the Zen 5 read from memory at three quarters of the F16
+ * four streams gs bytes apart, each prefetched PF_DIST ahead into L1
+ * (prefetch_dec), as the F16 tile reads 8 (repack_f16_avx2.c); one group
+ * alone is one stream, which the Zen 5 read from memory at three quarters of the F16
  * tile's bytes per second.  A group's chains are the same whichever
  * groups share the call, so the bits are those of one group at a time.
  * Zen 5, the FFN gate matrices of 22 tinyllama-1.1b layers (5632 x 2048,
@@ -232,7 +233,10 @@ AI void tile_s24f16_zmm(const int NG, int64_t nb, const int C, float *y, size_t 
             for (int q = 0; q < 4; q++) A[n][q] = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++, ac += QK_S24_F16) {
             const uint8_t *w = w0 + (size_t)b * 288;
-            for (int n = 0; n < NG; n++) prefetch_block_far(w + (size_t)n * gs, 288, C, far_l2);
+            for (int n = 0; n < NG; n++) {
+                if (NG > 1) prefetch_dec(w + (size_t)n * gs, (size_t)b * 288, 288, PF_DIST, gs, NG);
+                else prefetch_block_far(w, 288, C, far_l2);
+            }
             for (int g = 0; g < 8; g++) {
                 const __m512 win = _mm512_broadcast_f32x4(_mm_loadu_ps(ac + 4 * g));
                 for (int n = 0; n < NG; n++) {
