@@ -210,8 +210,8 @@ PACK_ENTRY(tile_s24_f16, tile_s24f16(nb, CC, y, ldy, w, a, ba))
  * Decode takes NG = 4 consecutive groups at once (dec4_s24_f16_zmm):
  * four streams gs bytes apart, each prefetched PF_DIST ahead into L1
  * (prefetch_dec), as the F16 tile reads 8 (repack_f16_avx2.c); one group
- * alone is one stream, which the Zen 5 read from memory at three quarters of the F16
- * tile's bytes per second.  A group's chains are the same whichever
+ * alone is one stream, which the Zen 5 read from memory at three quarters
+ * of the F16 tile's bytes per second.  A group's chains are the same whichever
  * groups share the call, so the bits are those of one group at a time.
  * Zen 5, the FFN gate matrices of 22 tinyllama-1.1b layers (5632 x 2048,
  * 285 MB, random weights), 2 threads, alternating, mean of 20: 6.94 and
