@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include "kernels/repack.h"
+#include "kernels/repack_tile.h"
 
 #define AI static inline __attribute__((always_inline))
 
@@ -57,8 +58,8 @@ AI void tile(const bool bf, int64_t K, const int G, const int C, float *y, size_
 #define STEP8(k)                                                                                       \
     {                                                                                                  \
         if (((k) & 3) == 0) { /* a new line of every group's stream (4 k x 8 rows x 2 bytes); past */  \
-            /* a group's end, the next run's (repack_tile.h prefetch_dec) */                            \
-            const size_t nx = (size_t)(k) * 16 + F16_PF + 64 <= 2 * gs ? 0 : 7 * 2 * gs;                \
+            /* a group's end, the next run's (repack_tile.h dec_skip) */                                \
+            const size_t nx = dec_skip((size_t)(k) * 16, 64, F16_PF, 2 * gs, 8);                       \
             for (int g = 0; g < 8; g++) {                                                              \
                 const char *p = (const char *)(w + (size_t)g * gs + (size_t)(k) * 8) + F16_PF + nx;    \
                 if (l2) _mm_prefetch(p, _MM_HINT_T1);                                                  \

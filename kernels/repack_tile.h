@@ -1,6 +1,7 @@
 /* kernels/repack_tile.h - private to the per-ISA packed tiles
- * (repack_avx2.c, repack_avx512.c): what both read the same way.  Include
- * it only from files compiled with AVX2 (or more) enabled. */
+ * (repack_avx2.c, repack_avx512.c; repack_f16_avx2.c for dec_skip): what
+ * they read the same way.  Include it only from files compiled with AVX2
+ * (or more) enabled. */
 #ifndef KVANT_KERNELS_REPACK_TILE_H
 #define KVANT_KERNELS_REPACK_TILE_H
 
@@ -59,14 +60,18 @@ AI void prefetch_ahead(const uint8_t *w, size_t xb, const size_t dist) {
 }
 /* The same in a decode run (kern_pack_dec_fn: NG groups of gs bytes, read
  * in lockstep, block by block): block `off` bytes into its group, the lines
- * dist bytes ahead; where those pass the group's end, the same place in the
+ * dist bytes ahead; where those pass the group's end (dec_skip: how much
+ * further to go; the F16 tile uses it alone), the same place in the
  * group NG further on, the next run's stream, which is mostly the same
  * thread's next run (it takes runs in contiguous chunks), so that run does
  * not start with every stream cold.  Zen 5 (family 26 model 2), 2 threads,
  * alternating kvant bench tg128: synthetic stories110M Q8_0 (768-wide
  * matrices, 6.5 KB per group) 320-375 t/s against 267-343. */
+AI size_t dec_skip(size_t off, size_t xb, size_t dist, size_t gs, const int NG) {
+    return off + dist + xb <= gs ? 0 : (size_t)(NG - 1) * gs;
+}
 AI void prefetch_dec(const uint8_t *w, size_t off, size_t xb, size_t dist, size_t gs, const int NG) {
-    prefetch_ahead(w, xb, off + dist + xb <= gs ? dist : dist + (size_t)(NG - 1) * gs);
+    prefetch_ahead(w, xb, dist + dec_skip(off, xb, dist, gs, NG));
 }
 AI void prefetch_block(const uint8_t *w, size_t xb, const int C) {
     if (C != 1) return; /* prefill: the group is reused across rows, already cached */
