@@ -463,6 +463,7 @@ void kern_pack_quant_q8_k_avx2(const float *x, void *vy, int64_t n) {
 kern_pack_dec_fn kern_pack_dec_avx2(int wtype, int *ng) {
     *ng = DEC_NG;
     switch (wtype) {
+    case KT_S24_F16: *ng = S24_DEC_NG; return dec_s24_f16;
     case KT_Q8_0: return dec_q8_0;
     case KT_Q4_0: return dec_q4_0;
     case KT_Q4_1: return dec_q4_1;

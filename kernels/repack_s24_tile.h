@@ -32,6 +32,7 @@
 #define S24_VNNI 0
 #endif
 
+
 AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba) {
     /* offsets of the 16-byte activation windows m = 0..3 in an S24_A8 block (x[0..16), y[0..16), x[16..32), y[16..32)) */
     static const size_t WIN[4] = {offsetof(block_s24_a8, x), offsetof(block_s24_a8, y), offsetof(block_s24_a8, x) + 16,
@@ -162,36 +163,84 @@ static void dec8_s24_q8(int64_t nb, float *y, const uint8_t *w, size_t gs, const
  * by the position word shifted per row (vpsrlvd; vpermilps reads its low
  * 2 bits), one FMA.  On Zen 4 it serves the avx512 tier too (a zmm
  * operation costs two there, so a zmm form saves nothing); other AVX-512
- * CPUs take tile_s24f16_zmm below. */
-AI void tile_s24f16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w0, const uint8_t *a, size_t ba) {
+ * CPUs take tile_s24f16_zmm below.
+ *
+ * Decode at the avx2 tier (dec_s24_f16) takes S24_DEC_NG = 4 consecutive
+ * groups at once, as the zmm form does, but four groups' 32 chains do not
+ * fit 16 ymm registers: it walks them S24_CH = 4 blocks at a time, group
+ * after group, each group's chains kept in registers for its 4 blocks and
+ * in memory between them.  Four streams gs bytes apart, each prefetched
+ * S24_PF = 4096 bytes ahead into L1 (prefetch_dec); every chain sees its
+ * FMAs in the one-group order, so the bits are the same.  Zen 5 (family
+ * 26 model 2), KVANT_TIER=avx2, synthetic 2:4 tinyllama-1.1b tg32, 2
+ * threads, alternating rounds: 36.4-40.8 t/s against 25.4-33.0 for one
+ * group at a time (8192 bytes ahead into L2).  In the same rounds 4 groups
+ * read in lockstep (the chains spilled by the compiler) gave 29.3-36.3, 2
+ * groups 28.1-31.7, 8 groups 30.9-40.0, 8 or 16 blocks at a time 23.3-35.1,
+ * 1024 bytes ahead 21.5-30.8. */
+enum { S24_DEC_NG = 4, S24_CH = 4, S24_ZCH = 2, S24_PF = 4096 };
+
+/* one group's blocks [b0, b1) into its eight chains A */
+AI void s24f16_blocks(__m256 A[4][2], int64_t b0, int64_t b1, const uint8_t *w0, size_t gs, const int NG,
+                      const float *ac, const int C, const bool far_l2) {
     const __m256i sh0 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), sh1 = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
-    const bool far_l2 = kern_prefetch_l2_amd512(); /* Zen 4 and Zen 5: kernels/types.h */
-    for (int c = 0; c < C; c++) {
-        const float *ac = (const float *)(a + (size_t)c * ba);
-        const uint8_t *w = w0;
-        __m256 A[4][2];
-        for (int q = 0; q < 4; q++) A[q][0] = A[q][1] = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; b++, w += 288, ac += QK_S24_F16) {
-            prefetch_block_far(w, 288, C, far_l2);
-            for (int g = 0; g < 8; g++) {
-                const __m256 win = _mm256_broadcast_ps((const __m128 *)(ac + 4 * g));
-                int32_t word;
-                memcpy(&word, w + 256 + 4 * g, 4);
-                const __m256i m = _mm256_set1_epi32(word);
-                for (int e = 0; e < 2; e++) {
-                    const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16 * (2 * g + e))));
-                    const __m256 av = _mm256_permutevar_ps(win, _mm256_srlv_epi32(m, e ? sh1 : sh0));
-                    A[g % 4][e] = _mm256_fmadd_ps(wv, av, A[g % 4][e]);
-                }
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *w = w0 + (size_t)b * 288;
+        const float *ab = ac + (size_t)b * QK_S24_F16;
+        if (NG > 1) prefetch_dec(w, (size_t)b * 288, 288, S24_PF, gs, NG);
+        else prefetch_block_far(w, 288, C, far_l2);
+        for (int g = 0; g < 8; g++) {
+            const __m256 win = _mm256_broadcast_ps((const __m128 *)(ab + 4 * g));
+            int32_t word;
+            memcpy(&word, w + 256 + 4 * g, 4);
+            const __m256i m = _mm256_set1_epi32(word);
+            for (int e = 0; e < 2; e++) {
+                const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16 * (2 * g + e))));
+                const __m256 av = _mm256_permutevar_ps(win, _mm256_srlv_epi32(m, e ? sh1 : sh0));
+                A[g % 4][e] = _mm256_fmadd_ps(wv, av, A[g % 4][e]);
             }
         }
-        const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(A[0][0], A[0][1]), _mm256_add_ps(A[1][0], A[1][1])),
-                                       _mm256_add_ps(_mm256_add_ps(A[2][0], A[2][1]), _mm256_add_ps(A[3][0], A[3][1])));
-        _mm256_storeu_ps(y + (size_t)c * ldy, s);
     }
 }
 
-PACK_ENTRY(tile_s24_f16, tile_s24f16(nb, CC, y, ldy, w, a, ba))
+AI void tile_s24f16(const int NG, int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w0, size_t gs,
+                    const uint8_t *a, size_t ba) {
+    const bool far_l2 = NG == 1 && kern_prefetch_l2_amd512(); /* Zen 4 and Zen 5: kernels/types.h */
+    for (int c = 0; c < C; c++) {
+        const float *ac = (const float *)(a + (size_t)c * ba);
+        __m256 A[S24_DEC_NG][4][2];
+        for (int n = 0; n < NG; n++)
+            for (int q = 0; q < 4; q++) A[n][q][0] = A[n][q][1] = _mm256_setzero_ps();
+        if (NG == 1) s24f16_blocks(A[0], 0, nb, w0, gs, NG, ac, C, far_l2);
+        else
+            for (int64_t b0 = 0; b0 < nb; b0 += S24_CH) {
+                const int64_t b1 = nb - b0 < S24_CH ? nb : b0 + S24_CH;
+                for (int n = 0; n < NG; n++) {
+                    __m256 An[4][2];
+                    memcpy(An, A[n], sizeof An);
+                    s24f16_blocks(An, b0, b1, w0 + (size_t)n * gs, gs, NG, ac, C, far_l2);
+                    memcpy(A[n], An, sizeof An);
+                }
+            }
+        for (int n = 0; n < NG; n++) {
+            __m256(*An)[2] = A[n];
+            const __m256 s =
+                _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(An[0][0], An[0][1]), _mm256_add_ps(An[1][0], An[1][1])),
+                              _mm256_add_ps(_mm256_add_ps(An[2][0], An[2][1]), _mm256_add_ps(An[3][0], An[3][1])));
+            _mm256_storeu_ps(y + (size_t)c * ldy + (size_t)n * KERN_PACK_ROWS, s);
+        }
+    }
+}
+
+PACK_ENTRY(tile_s24_f16, tile_s24f16(1, nb, CC, y, ldy, w, 0, a, ba))
+
+#if !S24_VNNI
+static void dec_s24_f16(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad,
+                        const int32_t *as) {
+    (void)ad, (void)as;
+    tile_s24f16(S24_DEC_NG, nb, 1, y, 0, w, gs, a, 0);
+}
+#endif
 
 #if S24_VNNI
 /* The same tile on 512-bit registers, for the AVX-512 CPUs whose zmm
@@ -208,7 +257,7 @@ PACK_ENTRY(tile_s24_f16, tile_s24f16(nb, CC, y, ldy, w, a, ba))
  * tile.
  *
  * Decode takes NG = 4 consecutive groups at once (dec4_s24_f16_zmm):
- * four streams gs bytes apart, each prefetched PF_DIST ahead into L1
+ * four streams gs bytes apart, each prefetched ahead into L1
  * (prefetch_dec), as the F16 tile reads 8 (repack_f16_avx2.c); one group
  * alone is one stream, which the Zen 5 read from memory at three quarters
  * of the F16 tile's bytes per second.  A group's chains are the same whichever
@@ -221,34 +270,47 @@ PACK_ENTRY(tile_s24_f16, tile_s24f16(nb, CC, y, ldy, w, a, ba))
  * synthetic 2:4 tinyllama-1.1b, tg32, 2 threads, five alternating rounds:
  * 29.2-35.4 t/s against 23.9-30.2, ahead in each round by 14-22%; the
  * dense F16 file beside it 19.6-22.8 (S24_F16 / F16 1.44-1.55, was
- * 1.22-1.36). */
+ * 1.22-1.36).  That read the four groups in lockstep, block by block,
+ * 2048 bytes ahead; S24_ZCH = 2 blocks of a group, then the same of the
+ * next, each S24_PF = 4096 ahead (as the ymm decode above, whose chains
+ * must leave the registers between chunks; these stay), gave 35.5-38.0 t/s
+ * against 32.1-36.7 in three alternating rounds (the lockstep 4096 ahead
+ * 33.8-34.6, one block at a time 33.7-34.4, 4 blocks 34.6-36.4, 8 blocks
+ * 30.8-31.6). */
+/* one group's blocks [b0, b1) into its four zmm chains A */
+AI void s24f16_zmm_blocks(__m512 A[4], int64_t b0, int64_t b1, const uint8_t *w0, size_t gs, const int NG,
+                          const float *ac, const int C, const bool far_l2) {
+    const __m512i sh = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int64_t b = b0; b < b1; b++) {
+        const uint8_t *w = w0 + (size_t)b * 288;
+        const float *ab = ac + (size_t)b * QK_S24_F16;
+        if (NG > 1) prefetch_dec(w, (size_t)b * 288, 288, S24_PF, gs, NG);
+        else prefetch_block_far(w, 288, C, far_l2);
+        for (int g = 0; g < 8; g++) {
+            const __m512 win = _mm512_broadcast_f32x4(_mm_loadu_ps(ab + 4 * g));
+            int32_t word;
+            memcpy(&word, w + 256 + 4 * g, 4);
+            const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 32 * g)));
+            const __m512 av = _mm512_permutevar_ps(win, _mm512_srlv_epi32(_mm512_set1_epi32(word), sh));
+            A[g % 4] = _mm512_fmadd_ps(wv, av, A[g % 4]);
+        }
+    }
+}
+
 AI void tile_s24f16_zmm(const int NG, int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w0, size_t gs,
                         const uint8_t *a, size_t ba) {
-    const __m512i sh = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const bool far_l2 = NG == 1 && kern_prefetch_l2_amd512();
     for (int c = 0; c < C; c++) {
         const float *ac = (const float *)(a + (size_t)c * ba);
         __m512 A[4][4];
         for (int n = 0; n < NG; n++)
             for (int q = 0; q < 4; q++) A[n][q] = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; b++, ac += QK_S24_F16) {
-            const uint8_t *w = w0 + (size_t)b * 288;
-            for (int n = 0; n < NG; n++) {
-                if (NG > 1) prefetch_dec(w + (size_t)n * gs, (size_t)b * 288, 288, PF_DIST, gs, NG);
-                else prefetch_block_far(w, 288, C, far_l2);
+        if (NG == 1) s24f16_zmm_blocks(A[0], 0, nb, w0, gs, NG, ac, C, far_l2);
+        else
+            for (int64_t b0 = 0; b0 < nb; b0 += S24_ZCH) {
+                const int64_t b1 = nb - b0 < S24_ZCH ? nb : b0 + S24_ZCH;
+                for (int n = 0; n < NG; n++) s24f16_zmm_blocks(A[n], b0, b1, w0 + (size_t)n * gs, gs, NG, ac, C, far_l2);
             }
-            for (int g = 0; g < 8; g++) {
-                const __m512 win = _mm512_broadcast_f32x4(_mm_loadu_ps(ac + 4 * g));
-                for (int n = 0; n < NG; n++) {
-                    const uint8_t *wn = w + (size_t)n * gs;
-                    int32_t word;
-                    memcpy(&word, wn + 256 + 4 * g, 4);
-                    const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wn + 32 * g)));
-                    const __m512 av = _mm512_permutevar_ps(win, _mm512_srlv_epi32(_mm512_set1_epi32(word), sh));
-                    A[n][g % 4] = _mm512_fmadd_ps(wv, av, A[n][g % 4]);
-                }
-            }
-        }
         for (int n = 0; n < NG; n++) {
             __m256 h[4];
             for (int q = 0; q < 4; q++)
