@@ -32,7 +32,6 @@
 #define S24_VNNI 0
 #endif
 
-
 AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba) {
     /* offsets of the 16-byte activation windows m = 0..3 in an S24_A8 block (x[0..16), y[0..16), x[16..32), y[16..32)) */
     static const size_t WIN[4] = {offsetof(block_s24_a8, x), offsetof(block_s24_a8, y), offsetof(block_s24_a8, x) + 16,
@@ -173,22 +172,31 @@ static void dec8_s24_q8(int64_t nb, float *y, const uint8_t *w, size_t gs, const
  * S24_PF = 4096 bytes ahead into L1 (prefetch_dec); every chain sees its
  * FMAs in the one-group order, so the bits are the same.  Zen 5 (family
  * 26 model 2), KVANT_TIER=avx2, synthetic 2:4 tinyllama-1.1b tg32, 2
- * threads, alternating rounds: 36.4-40.8 t/s against 25.4-33.0 for one
- * group at a time (8192 bytes ahead into L2).  In the same rounds 4 groups
- * read in lockstep (the chains spilled by the compiler) gave 29.3-36.3, 2
- * groups 28.1-31.7, 8 groups 30.9-40.0, 8 or 16 blocks at a time 23.3-35.1,
- * 1024 bytes ahead 21.5-30.8. */
+ * threads, three alternating rounds: 34.3-38.7 t/s against 27.6-32.1 for
+ * one group at a time (8192 bytes ahead into L2).  Screening rounds (one
+ * slow minute, where every form read 22-25, left out): this form
+ * 37.7-40.8, one group 25.4-33.0, 4 groups in lockstep (the chains
+ * spilled by the compiler) 29.3-37.7, 2 groups 28.1-31.7, 8 groups
+ * 30.9-40.0, 8 or 16 blocks at a time 23.5-35.1, 1024 bytes ahead
+ * 21.5-30.8. */
 enum { S24_DEC_NG = 4, S24_CH = 4, S24_ZCH = 2, S24_PF = 4096 };
+
+/* block b of a group (288 bytes), its lines asked for: a decode run's
+ * stream (prefetch_dec), or one group's (prefetch_block_far) */
+AI const uint8_t *s24f16_block(const uint8_t *w0, int64_t b, size_t gs, const int NG, const int C, const bool far_l2) {
+    const uint8_t *w = w0 + (size_t)b * 288;
+    if (NG > 1) prefetch_dec(w, (size_t)b * 288, 288, S24_PF, gs, NG);
+    else prefetch_block_far(w, 288, C, far_l2);
+    return w;
+}
 
 /* one group's blocks [b0, b1) into its eight chains A */
 AI void s24f16_blocks(__m256 A[4][2], int64_t b0, int64_t b1, const uint8_t *w0, size_t gs, const int NG,
                       const float *ac, const int C, const bool far_l2) {
     const __m256i sh0 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14), sh1 = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
     for (int64_t b = b0; b < b1; b++) {
-        const uint8_t *w = w0 + (size_t)b * 288;
+        const uint8_t *w = s24f16_block(w0, b, gs, NG, C, far_l2);
         const float *ab = ac + (size_t)b * QK_S24_F16;
-        if (NG > 1) prefetch_dec(w, (size_t)b * 288, 288, S24_PF, gs, NG);
-        else prefetch_block_far(w, 288, C, far_l2);
         for (int g = 0; g < 8; g++) {
             const __m256 win = _mm256_broadcast_ps((const __m128 *)(ab + 4 * g));
             int32_t word;
@@ -273,7 +281,7 @@ static void dec_s24_f16(int64_t nb, float *y, const uint8_t *w, size_t gs, const
  * 1.22-1.36).  That read the four groups in lockstep, block by block,
  * 2048 bytes ahead; S24_ZCH = 2 blocks of a group, then the same of the
  * next, each S24_PF = 4096 ahead (as the ymm decode above, whose chains
- * must leave the registers between chunks; these stay), gave 35.5-38.0 t/s
+ * must leave the registers between chunks; these stay), gave 35.7-38.0 t/s
  * against 32.1-36.7 in three alternating rounds (the lockstep 4096 ahead
  * 33.8-34.6, one block at a time 33.7-34.4, 4 blocks 34.6-36.4, 8 blocks
  * 30.8-31.6). */
@@ -282,10 +290,8 @@ AI void s24f16_zmm_blocks(__m512 A[4], int64_t b0, int64_t b1, const uint8_t *w0
                           const float *ac, const int C, const bool far_l2) {
     const __m512i sh = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     for (int64_t b = b0; b < b1; b++) {
-        const uint8_t *w = w0 + (size_t)b * 288;
+        const uint8_t *w = s24f16_block(w0, b, gs, NG, C, far_l2);
         const float *ab = ac + (size_t)b * QK_S24_F16;
-        if (NG > 1) prefetch_dec(w, (size_t)b * 288, 288, S24_PF, gs, NG);
-        else prefetch_block_far(w, 288, C, far_l2);
         for (int g = 0; g < 8; g++) {
             const __m512 win = _mm512_broadcast_f32x4(_mm_loadu_ps(ab + 4 * g));
             int32_t word;
@@ -309,7 +315,8 @@ AI void tile_s24f16_zmm(const int NG, int64_t nb, const int C, float *y, size_t 
         else
             for (int64_t b0 = 0; b0 < nb; b0 += S24_ZCH) {
                 const int64_t b1 = nb - b0 < S24_ZCH ? nb : b0 + S24_ZCH;
-                for (int n = 0; n < NG; n++) s24f16_zmm_blocks(A[n], b0, b1, w0 + (size_t)n * gs, gs, NG, ac, C, far_l2);
+                for (int n = 0; n < NG; n++)
+                    s24f16_zmm_blocks(A[n], b0, b1, w0 + (size_t)n * gs, gs, NG, ac, C, far_l2);
             }
         for (int n = 0; n < NG; n++) {
             __m256 h[4];
