@@ -211,6 +211,7 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
  * quarter qq of chunk j (0..7) of half h is elements 128h + 32qq + 4j ..
  * +3, sub-block 8h + 2qq + j/4. */
 enum { K16_Q6, K16_Q3, K16_Q2 };
+enum { K16_NG = 2, K16_PF = 4096 }; /* dec_k16: groups per run, prefetch distance */
 
 /* the 4 quarters q[qq] of chunk j of half h, from one set of loads:
  *   Q6_K: ql chunks 16h + j (quarters 0, 2: low, high nibble) and
@@ -248,17 +249,51 @@ AI void k16_chunk(const uint8_t *w, const int kind, int h, int j, __m256i q[4]) 
     }
 }
 
+/* The end of a K16 block for C activation rows, given each row's integer
+ * sum is[c] of sub-block dots times scales: as the AVX2 tile, each row's
+ * (x_2pp, x_2pp+1) against bsums (2pp, 2pp+1), x = the scales (Q6_K, Q3_K:
+ * the offset) or the mins (Q2_K), then the AVX2 tile's float scaling,
+ * operation for operation, into acc[c] */
+AI void k16_finish(const uint8_t *w, const int kind, const int C, const __m256i *is, const uint8_t *a, size_t ba,
+                   int64_t b, const float *ad, size_t bn, __m256 *acc) {
+    const size_t sco = kind == K16_Q2 ? 32 : 16;
+    __m256i ms[4];
+    for (int c = 0; c < C; c++) ms[c] = _mm256_setzero_si256();
+    for (int pp = 0; pp < 8; pp++) {
+        const __m128i v = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + sco + 16 * pp)),
+                                            _mm_loadl_epi64((const __m128i *)(w + sco + 8 + 16 * pp)));
+        const __m256i sp = kind == K16_Q2 ? _mm256_srli_epi16(_mm256_cvtepu8_epi16(v), 4) : _mm256_cvtepi8_epi16(v);
+        for (int c = 0; c < C; c++) {
+            int32_t bs;
+            memcpy(&bs, AK(c, b)->bsums + 2 * pp, 4);
+            ms[c] = _mm256_add_epi32(ms[c], _mm256_madd_epi16(sp, _mm256_set1_epi32(bs)));
+        }
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)), neg = _mm256_set1_ps(-0.0f);
+    for (int c = 0; c < C; c++) {
+        const __m256 da = _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]);
+        if (kind == K16_Q2) { /* |is| < 2^21, |ms| < 2^19 */
+            const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]), _mm256_mul_ps(dw, da), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms[c]), _mm256_xor_ps(_mm256_mul_ps(dm, da), neg), acc[c]);
+            continue;
+        }
+        /* Q6_K: |is| < 2^28, |32 ms| < 2^27; Q3_K: |is|, |4 ms| < 2^23: exact */
+        const __m256i I = _mm256_sub_epi32(is[c], _mm256_slli_epi32(ms[c], kind == K16_Q3 ? 2 : 5));
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(dw, da), acc[c]);
+    }
+}
+
 AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba,
                  const float *ad, size_t bn, const int kind) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    const __m256 neg = _mm256_set1_ps(-0.0f);
     const size_t xb = kind == K16_Q6 ? 1680 : kind == K16_Q3 ? 912 : 672;
     const size_t sco = kind == K16_Q2 ? 32 : 16;
     const bool far_l2 = kind != K16_Q3 && kern_prefetch_l2(); /* Q3_K near: repack_tile.h */
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block_far(w, xb, C, far_l2);
-        __m256i is[4], ms[4];
+        __m256i is[4];
         for (int c = 0; c < C; c++) is[c] = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++)
             for (int jh = 0; jh < 2; jh++) { /* sub-blocks 8h + 2qq + jh: chunks 4jh .. 4jh + 3 of the 4 quarters */
@@ -281,37 +316,137 @@ AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
                     for (int c = 0; c < C; c++) is[c] = _mm256_add_epi32(is[c], _mm256_mullo_epi32(s[qq][c], sc));
                 }
             }
-        /* as the AVX2 tile: each row's (x_2pp, x_2pp+1) against bsums
-         * (2pp, 2pp+1): x = the scales (Q6_K, Q3_K: the offset) or the
-         * mins (Q2_K) */
-        for (int c = 0; c < C; c++) ms[c] = _mm256_setzero_si256();
-        for (int pp = 0; pp < 8; pp++) {
-            const __m128i v = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + sco + 16 * pp)),
-                                                _mm_loadl_epi64((const __m128i *)(w + sco + 8 + 16 * pp)));
-            const __m256i sp = kind == K16_Q2 ? _mm256_srli_epi16(_mm256_cvtepu8_epi16(v), 4) : _mm256_cvtepi8_epi16(v);
-            for (int c = 0; c < C; c++) {
-                int32_t bs;
-                memcpy(&bs, AK(c, b)->bsums + 2 * pp, 4);
-                ms[c] = _mm256_add_epi32(ms[c], _mm256_madd_epi16(sp, _mm256_set1_epi32(bs)));
-            }
-        }
-        /* the float scaling of the AVX2 tile, operation for operation */
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-        for (int c = 0; c < C; c++) {
-            const __m256 da = _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]);
-            if (kind == K16_Q2) { /* |is| < 2^21, |ms| < 2^19 */
-                const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
-                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]), _mm256_mul_ps(dw, da), acc[c]);
-                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms[c]), _mm256_xor_ps(_mm256_mul_ps(dm, da), neg), acc[c]);
-                continue;
-            }
-            /* Q6_K: |is| < 2^28, |32 ms| < 2^27; Q3_K: |is|, |4 ms| < 2^23: exact */
-            const __m256i I = _mm256_sub_epi32(is[c], _mm256_slli_epi32(ms[c], kind == K16_Q3 ? 2 : 5));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(dw, da), acc[c]);
-        }
+        k16_finish(w, kind, C, is, a, ba, b, ad, bn, acc);
     }
     for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
 }
+
+/* Q3_K and Q2_K decode (kern_pack_dec_fn) over NG = 2 consecutive groups,
+ * two to a zmm: the low half holds group n's 8 lanes, the high half group
+ * n + 1's, and every integer operation of tile_k16 (the chunk decoding,
+ * vpdpbusd, the scales' vpmulld) acts on both at once, lane for lane as on
+ * the ymm, so each group's sums are tile_k16's; the end of each block is
+ * k16_finish per group (C = 1), so each group's outputs are tile_k16's,
+ * bit for bit.  Half the vector instructions per weight: these two kinds
+ * were compute-bound from memory (37-40% of the roofline).  Each stream
+ * is prefetched K16_PF bytes ahead into L1 (prefetch_dec).
+ *
+ * Zen 5 (family 26 model 2), 2 threads.  kvant-kernels (K 4096, decode
+ * GB/s of weights, three alternating rounds): Q2_K 37-47 -> 58-68, Q3_K
+ * 31-38 -> 44-57.  Synthetic tinyllama-1.1b tg32, alternating (kvant
+ * bench -p 0 -n 32 -r 2 -t 2, meter 61-62 GB/s): Q2_K 86-91 -> 109-140
+ * t/s, Q3_K_S 62-68 -> 88-94 (2048 bytes ahead: 107-123 and 79-83; 4
+ * groups: no better).  Q6_K measured no faster this way (tg32 36-45 t/s
+ * for 0 / 1024 / 2048 / 4096 / 8192 bytes ahead and 2 or 4 groups,
+ * against 42-46 one group at a time: its blocks are twice Q3_K's bytes, so
+ * it is nearer its memory bound) and keeps tile_k16.  Not on Zen 4, where
+ * a zmm operation costs two (kern_pack_dec_avx512).  In the emulated build
+ * each z_ operation is its ymm twin on the two halves. */
+AI __m512i z_join(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+AI __m256i z_lo(__m512i v) { return _mm512_castsi512_si256(v); }
+AI __m256i z_hi(__m512i v) { return _mm512_extracti64x4_epi64(v, 1); }
+#ifdef KVANT_VNNI_EMULATED
+#define Z_OP2(name, op) \
+    AI __m512i name(__m512i x, __m512i y) { return z_join(op(z_lo(x), z_lo(y)), op(z_hi(x), z_hi(y))); }
+Z_OP2(z_and, _mm256_and_si256)
+Z_OP2(z_or, _mm256_or_si256)
+Z_OP2(z_add32, _mm256_add_epi32)
+Z_OP2(z_mullo32, _mm256_mullo_epi32)
+#undef Z_OP2
+AI __m512i z_srl16(__m512i x, int n) {
+    return z_join(_mm256_srl_epi16(z_lo(x), _mm_cvtsi32_si128(n)), _mm256_srl_epi16(z_hi(x), _mm_cvtsi32_si128(n)));
+}
+AI __m512i z_sll16(__m512i x, int n) {
+    return z_join(_mm256_sll_epi16(z_lo(x), _mm_cvtsi32_si128(n)), _mm256_sll_epi16(z_hi(x), _mm_cvtsi32_si128(n)));
+}
+AI __m512i z_dpbusd(__m512i acc, __m512i u, __m512i v) {
+    return z_join(dpbusd(z_lo(acc), z_lo(u), z_lo(v)), dpbusd(z_hi(acc), z_hi(u), z_hi(v)));
+}
+#else
+AI __m512i z_and(__m512i x, __m512i y) { return _mm512_and_si512(x, y); }
+AI __m512i z_or(__m512i x, __m512i y) { return _mm512_or_si512(x, y); }
+AI __m512i z_add32(__m512i x, __m512i y) { return _mm512_add_epi32(x, y); }
+AI __m512i z_mullo32(__m512i x, __m512i y) { return _mm512_mullo_epi32(x, y); }
+AI __m512i z_srl16(__m512i x, int n) { return _mm512_srl_epi16(x, _mm_cvtsi32_si128(n)); }
+AI __m512i z_sll16(__m512i x, int n) { return _mm512_sll_epi16(x, _mm_cvtsi32_si128(n)); }
+AI __m512i z_dpbusd(__m512i acc, __m512i u, __m512i v) { return _mm512_dpbusd_epi32(acc, u, v); }
+#endif
+
+/* 32 bytes at off of the group at w (low half) and of the next, gs bytes on */
+AI __m512i ld_2g(const uint8_t *w, size_t gs, size_t off) {
+    return z_join(_mm256_loadu_si256((const __m256i *)(w + off)), _mm256_loadu_si256((const __m256i *)(w + gs + off)));
+}
+
+/* k16_chunk of two groups at once (Q3_K, Q2_K) */
+AI void k16_chunk_2g(const uint8_t *w, size_t gs, const int kind, int h, int j, __m512i q[4]) {
+    const __m512i m3 = _mm512_set1_epi32(0x03030303);
+    const __m512i l = ld_2g(w, gs, (kind == K16_Q2 ? 160 : 144) + 32 * (8 * h + j));
+    for (int qq = 0; qq < 4; qq++) q[qq] = z_and(z_srl16(l, 2 * qq), m3);
+    if (kind == K16_Q3) {
+        const __m512i hm = ld_2g(w, gs, 656 + 32 * j), m4 = _mm512_set1_epi32(0x04040404);
+        for (int qq = 0; qq < 4; qq++) {
+            const int k = 4 * h + qq; /* the hmask bit, moved to bit 2 */
+            q[qq] = z_or(q[qq], z_and(k >= 2 ? z_srl16(hm, k - 2) : z_sll16(hm, 2 - k), m4));
+        }
+    }
+}
+
+/* the 8 rows' scales of sub-block s of two groups, as int32 lanes */
+AI __m512i k16_scales_2g(const uint8_t *w, size_t gs, const int kind, int s) {
+    const size_t o = (kind == K16_Q2 ? 32 : 16) + 8 * (size_t)s;
+    const __m128i x0 = _mm_loadl_epi64((const __m128i *)(w + o)), x1 = _mm_loadl_epi64((const __m128i *)(w + gs + o));
+    if (kind == K16_Q2) {
+        const __m256i m = _mm256_set1_epi32(15);
+        return z_join(_mm256_and_si256(_mm256_cvtepu8_epi32(x0), m), _mm256_and_si256(_mm256_cvtepu8_epi32(x1), m));
+    }
+    return z_join(_mm256_cvtepi8_epi32(x0), _mm256_cvtepi8_epi32(x1));
+}
+
+AI void dec_k16(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs, const uint8_t *a, const float *ad,
+                const int kind) {
+    __m256 acc[8];
+    for (int n = 0; n < NG; n++) acc[n] = _mm256_setzero_ps();
+    const size_t xb = kind == K16_Q3 ? 912 : 672;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *aq = (const uint8_t *)((const block_q8_K *)a + b)->qs;
+        for (int n = 0; n < NG; n += 2) {
+            const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * xb;
+            prefetch_dec(w, (size_t)b * xb, xb, K16_PF, gs, NG);
+            prefetch_dec(w + gs, (size_t)b * xb, xb, K16_PF, gs, NG);
+            __m512i is = _mm512_setzero_si512();
+            for (int h = 0; h < 2; h++)
+                for (int jh = 0; jh < 2; jh++) { /* sub-blocks 8h + 2qq + jh, as tile_k16 */
+                    __m512i s[4];
+                    for (int qq = 0; qq < 4; qq++) s[qq] = _mm512_setzero_si512();
+                    for (int jj = 0; jj < 4; jj++) {
+                        const int j = 4 * jh + jj;
+                        __m512i q[4];
+                        k16_chunk_2g(w, gs, kind, h, j, q);
+                        for (int qq = 0; qq < 4; qq++) {
+                            int32_t v;
+                            memcpy(&v, aq + 128 * h + 32 * qq + 4 * j, 4);
+                            s[qq] = z_dpbusd(s[qq], q[qq], _mm512_set1_epi32(v));
+                        }
+                    }
+                    for (int qq = 0; qq < 4; qq++)
+                        is = z_add32(is, z_mullo32(s[qq], k16_scales_2g(w, gs, kind, 8 * h + 2 * qq + jh)));
+                }
+            const __m256i is0 = z_lo(is), is1 = z_hi(is);
+            k16_finish(w, kind, 1, &is0, a, 0, b, ad, 0, &acc[n]);
+            k16_finish(w + gs, kind, 1, &is1, a, 0, b, ad, 0, &acc[n + 1]);
+        }
+    }
+    for (int n = 0; n < NG; n++) _mm256_storeu_ps(y + (size_t)n * KERN_PACK_ROWS, acc[n]);
+}
+
+#define DEC_K16(name, ng, kind)                                                                             \
+    static void name(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad,      \
+                     const int32_t *as) {                                                                       \
+        (void)as;                                                                                               \
+        dec_k16(ng, nb, y, w, gs, a, ad, kind);                                                                 \
+    }
+DEC_K16(dec_q3_k, K16_NG, K16_Q3)
+DEC_K16(dec_q2_k, K16_NG, K16_Q2)
 
 PACK_ENTRY(tile_q8_0, tile_q8(nb, CC, y, ldy, w, a, ba, ad, bn))
 PACK_ENTRY(tile_q4_0, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q4_0))
@@ -374,6 +509,8 @@ kern_pack_dec_fn kern_pack_dec_avx512(int wtype, int *ng) {
     case KT_Q5_1: return dec8_q5_1;
     case KT_S24_Q8: return dec8_s24_q8;
     case KT_S24_F16: *ng = 4; return dec4_s24_f16_zmm;
+    case KT_Q3_K: *ng = K16_NG; return dec_q3_k;
+    case KT_Q2_K: *ng = K16_NG; return dec_q2_k;
     default: return NULL;
     }
 }

@@ -56,6 +56,8 @@ ZE kvz_ps kvz_cvtph_ps(__m256i h) {
 }
 ZE __m256i kvz_castsi512_si256(kvz_si v) { return kvz_lo_si(v); }
 ZE kvz_si kvz_castsi256_si512(__m256i h) { return kvz_join_si(h, _mm256_setzero_si256()); }
+ZE __m256i kvz_extracti64x4_epi64(kvz_si v, int i) { return i ? kvz_hi_si(v) : kvz_lo_si(v); }
+ZE kvz_si kvz_setzero_si512(void) { return (kvz_si){0}; }
 ZE kvz_si kvz_inserti64x4(kvz_si v, __m256i h, int i) {
     return i ? kvz_join_si(kvz_lo_si(v), h) : kvz_join_si(h, kvz_hi_si(v));
 }
@@ -128,6 +130,8 @@ ZE __m256 kvz_extractf32x8_ps(kvz_ps v, int i) { return i ? kvz_hi_ps(v) : kvz_l
 #undef _mm512_castsi512_si256
 #undef _mm512_castsi256_si512
 #undef _mm512_inserti64x4
+#undef _mm512_extracti64x4_epi64
+#undef _mm512_setzero_si512
 #undef _mm512_permutexvar_epi16
 #undef _mm256_permutexvar_epi16
 #undef _mm512_dpbf16_ps
@@ -148,6 +152,8 @@ ZE __m256 kvz_extractf32x8_ps(kvz_ps v, int i) { return i ? kvz_hi_ps(v) : kvz_l
 #define _mm512_castsi512_si256 kvz_castsi512_si256
 #define _mm512_castsi256_si512 kvz_castsi256_si512
 #define _mm512_inserti64x4 kvz_inserti64x4
+#define _mm512_extracti64x4_epi64 kvz_extracti64x4_epi64
+#define _mm512_setzero_si512 kvz_setzero_si512
 #define _mm512_permutexvar_epi16 kvz_permutexvar_epi16
 #define _mm256_permutexvar_epi16 kvz_permutexvar_epi16_256
 #define _mm512_dpbf16_ps kvz_dpbf16_ps
