@@ -212,6 +212,7 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
  * +3, sub-block 8h + 2qq + j/4. */
 enum { K16_Q6, K16_Q3, K16_Q2 };
 enum { K16_NG = 2, K16_PF = 4096 }; /* dec_k16: groups per run, prefetch distance */
+enum { Q4K_NG = 2, Q4K_PF = 4096 };   /* dec_q4k: the same */
 
 /* the 4 quarters q[qq] of chunk j of half h, from one set of loads:
  *   Q6_K: ql chunks 16h + j (quarters 0, 2: low, high nibble) and
@@ -448,6 +449,57 @@ AI void dec_k16(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs
 DEC_K16(dec_q3_k, K16_NG, K16_Q3)
 DEC_K16(dec_q2_k, K16_NG, K16_Q2)
 
+/* Q4_K decode over NG = 2 groups two to a zmm, as dec_k16: tile_q45k's
+ * integer work (q5 false) on both groups' lanes at once, q45k_finish per
+ * group, so each group's outputs are tile_q45k's, bit for bit.  Zen 5, 2
+ * threads: kvant-kernels Q4_K decode 53-55 -> 79-86 GB/s of weights;
+ * synthetic tinyllama Q4_K_M tg32 (its Q6_K tensors on tile_k16),
+ * alternating, faster in 18 of 20 rounds, medians 64.5 -> 73.5 t/s
+ * (2048 bytes ahead or 4 groups: no better).  Q5_K this way (its fifth
+ * bits added as tile_q45k adds them) measured no faster: Q5_K_M faster in
+ * 6 of 11 rounds, medians 56.4 -> 55.8; it keeps tile_q45k, as Q6_K keeps
+ * tile_k16 (dec_k16). */
+AI void dec_q4k(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs, const uint8_t *a, const float *ad,
+                const int32_t *as) {
+    __m256 acc[8];
+    for (int n = 0; n < NG; n++) acc[n] = _mm256_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi32(0x0f0f0f0f);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *aq = (const uint8_t *)((const block_q8_K *)a + b)->qs;
+        for (int n = 0; n < NG; n += 2) {
+            const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * 1184;
+            prefetch_dec(w, (size_t)b * 1184, 1184, Q4K_PF, gs, NG);
+            prefetch_dec(w + gs, (size_t)b * 1184, 1184, Q4K_PF, gs, NG);
+            __m512i is = _mm512_setzero_si512();
+            for (int p = 0; p < 4; p++) { /* sub-blocks 2p (low nibbles) and 2p + 1 (high), as tile_q45k */
+                __m512i se = _mm512_setzero_si512(), so = _mm512_setzero_si512();
+                for (int j = 0; j < 8; j++) {
+                    const __m512i raw = ld_2g(w, gs, 160 + 32 * (8 * p + j));
+                    int32_t ve, vo;
+                    memcpy(&ve, aq + 64 * p + 4 * j, 4);
+                    memcpy(&vo, aq + 64 * p + 32 + 4 * j, 4);
+                    se = z_dpbusd(se, z_and(raw, m4), _mm512_set1_epi32(ve));
+                    so = z_dpbusd(so, z_and(z_srl16(raw, 4), m4), _mm512_set1_epi32(vo));
+                }
+                const size_t o = 32 + 16 * (size_t)p; /* the scales of sub-blocks 2p and 2p + 1: o, o + 8 */
+                const __m512i sce = z_join(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + o))),
+                                           _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + gs + o))));
+                const __m512i sco = z_join(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + o + 8))),
+                                           _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + gs + o + 8))));
+                is = z_add32(is, z_add32(z_mullo32(se, sce), z_mullo32(so, sco)));
+            }
+            const __m256i is0 = z_lo(is), is1 = z_hi(is);
+            q45k_finish(1, w, &is0, as, ad, 0, b, &acc[n]);
+            q45k_finish(1, w + gs, &is1, as, ad, 0, b, &acc[n + 1]);
+        }
+    }
+    for (int n = 0; n < NG; n++) _mm256_storeu_ps(y + (size_t)n * KERN_PACK_ROWS, acc[n]);
+}
+static void dec_q4_k(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad,
+                     const int32_t *as) {
+    dec_q4k(Q4K_NG, nb, y, w, gs, a, ad, as);
+}
+
 PACK_ENTRY(tile_q8_0, tile_q8(nb, CC, y, ldy, w, a, ba, ad, bn))
 PACK_ENTRY(tile_q4_0, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q4_0))
 PACK_ENTRY(tile_q4_1, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q4_1))
@@ -510,6 +562,7 @@ kern_pack_dec_fn kern_pack_dec_avx512(int wtype, int *ng) {
     case KT_S24_Q8: return dec8_s24_q8;
     case KT_S24_F16: *ng = 4; return dec4_s24_f16_zmm;
     case KT_Q3_K: *ng = K16_NG; return dec_q3_k;
+    case KT_Q4_K: *ng = Q4K_NG; return dec_q4_k;
     case KT_Q2_K: *ng = K16_NG; return dec_q2_k;
     default: return NULL;
     }

@@ -538,7 +538,7 @@ static void test_tiles_direct(void **state) {
         const kern_pack_tile_fn tiles[3] = {kern_pack_tile_avx512_emulated(t), real ? kern_pack_tile_avx512(t) : NULL,
                                             kern_pack_tile_avx2(t)};
         /* the decode runs of several groups, where a type has them (Q8_0, the legacy 4/5-bit ones, 2:4,
-         * Q2_K / Q3_K;
+         * Q2_K / Q3_K / Q4_K;
          * at the avx2 tier Q8_0, the legacy ones and S24_F16) */
         int ngs[3] = {0, 0, 0};
         const kern_pack_dec_fn decs[3] = {kern_pack_dec_avx512_emulated(t, &ngs[0]),
@@ -548,7 +548,7 @@ static void test_tiles_direct(void **state) {
         assert_true((decs[2] != NULL) == has_dec2);
         assert_true(!has_dec2 || ngs[2] > 1);
         const bool has_dec = t == KT_Q8_0 || t == KT_Q4_0 || t == KT_Q4_1 || t == KT_Q5_0 || t == KT_Q5_1 ||
-                             t == KT_S24_Q8 || t == KT_S24_F16 || t == KT_Q2_K || t == KT_Q3_K;
+                             t == KT_S24_Q8 || t == KT_S24_F16 || t == KT_Q2_K || t == KT_Q3_K || t == KT_Q4_K;
         assert_non_null(tiles[0]);
         if (real) assert_non_null(tiles[1]); /* the real tile serves the same types */
         assert_true((decs[0] != NULL) == has_dec);
