@@ -279,7 +279,6 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
  *         16h + 8 + j (quarters 1, 3), qh chunk 8h + j (bits 2qq); q - 32.
  *   Q3_K: qs chunk 8h + j (bits 2qq), hmask chunk j (bit 4h + qq); q - 4.
  *   Q2_K: qs chunk 8h + j (bits 2qq); minus the mins (from bsums). */
-enum { K16_Q6, K16_Q3, K16_Q2 };
 
 /* quarter qq of chunk j of half h of a K16 block (q in 0..63, 0..7 or 0..3) */
 AI __m256i k16_quarter(const uint8_t *w, const int kind, int h, int j, int qq) {
@@ -308,13 +307,12 @@ AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m256i lo4 = _mm256_set1_epi16(0x0f);
-    const __m256 neg = _mm256_set1_ps(-0.0f);
     const size_t xb = kind == K16_Q6 ? 1680 : kind == K16_Q3 ? 912 : 672;
     const size_t sco = kind == K16_Q2 ? 32 : 16;
     const bool far_l2 = kind != K16_Q3 && kern_prefetch_l2(); /* Q3_K near: repack_tile.h */
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block_far(w, xb, C, far_l2);
-        __m256i is[4], ms[4];
+        __m256i is[4];
         for (int c = 0; c < C; c++) is[c] = _mm256_setzero_si256();
         if (C == 1) { /* decode: the order below, the 4 sub-blocks' scales widened once per 2 chunk pairs */
             const int8_t *aq = AK(0, b)->qs;
@@ -354,33 +352,7 @@ AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
                         is[c] = _mm256_add_epi32(is[c], _mm256_madd_epi16(p, sc));
                     }
                 }
-        /* each row's (x_2pp, x_2pp+1) against bsums (2pp, 2pp+1): x = the
-         * scales (Q6_K, Q3_K: the offset) or the mins (Q2_K) */
-        for (int c = 0; c < C; c++) ms[c] = _mm256_setzero_si256();
-        for (int pp = 0; pp < 8; pp++) {
-            const __m128i v = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + sco + 16 * pp)),
-                                                _mm_loadl_epi64((const __m128i *)(w + sco + 8 + 16 * pp)));
-            const __m256i sp = kind == K16_Q2 ? _mm256_srli_epi16(_mm256_cvtepu8_epi16(v), 4) : _mm256_cvtepi8_epi16(v);
-            for (int c = 0; c < C; c++) {
-                int32_t bs;
-                memcpy(&bs, AK(c, b)->bsums + 2 * pp, 4);
-                ms[c] = _mm256_add_epi32(ms[c], _mm256_madd_epi16(sp, _mm256_set1_epi32(bs)));
-            }
-        }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-        for (int c = 0; c < C; c++) {
-            const __m256 da = _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]);
-            if (kind == K16_Q2) { /* |is| <= 16 * 15 * 16 * 3 * 127 < 2^21, |ms| <= 16 * 15 * 2032 < 2^19 */
-                const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
-                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]), _mm256_mul_ps(dw, da), acc[c]);
-                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms[c]), _mm256_xor_ps(_mm256_mul_ps(dm, da), neg), acc[c]);
-                continue;
-            }
-            /* Q6_K: |is| <= 16 * 128 * 16 * 63 * 127 < 2^28, |32 ms| <= 32 * 16 * 128 * 2032 < 2^27;
-             * Q3_K: |is| <= 16 * 32 * 16 * 7 * 127 < 2^23, |4 ms| <= 4 * 16 * 32 * 2032 < 2^23: exact */
-            const __m256i I = _mm256_sub_epi32(is[c], _mm256_slli_epi32(ms[c], kind == K16_Q3 ? 2 : 5));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(dw, da), acc[c]);
-        }
+        k16_finish(w, kind, C, is, a, ba, b, ad, bn, acc);
     }
     for (int c = 0; c < C; c++) _mm256_storeu_ps(y + (size_t)c * ldy, acc[c]);
 }

@@ -210,7 +210,6 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
  * Scales at @16 (Q6_K, Q3_K: int8) or @32 (Q2_K: scale | min << 4);
  * quarter qq of chunk j (0..7) of half h is elements 128h + 32qq + 4j ..
  * +3, sub-block 8h + 2qq + j/4. */
-enum { K16_Q6, K16_Q3, K16_Q2 };
 enum { K16_NG = 2, K16_PF = 4096 }; /* dec_k16: groups per run, prefetch distance */
 enum { Q4K_NG = 2, Q4K_PF = 4096 };   /* dec_q4k: the same */
 
@@ -247,41 +246,6 @@ AI void k16_chunk(const uint8_t *w, const int kind, int h, int j, __m256i q[4]) 
             const __m256i hb = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
             q[qq] = _mm256_or_si256(q[qq], _mm256_and_si256(hb, m4));
         }
-    }
-}
-
-/* The end of a K16 block for C activation rows, given each row's integer
- * sum is[c] of sub-block dots times scales: as the AVX2 tile, each row's
- * (x_2pp, x_2pp+1) against bsums (2pp, 2pp+1), x = the scales (Q6_K, Q3_K:
- * the offset) or the mins (Q2_K), then the AVX2 tile's float scaling,
- * operation for operation, into acc[c] */
-AI void k16_finish(const uint8_t *w, const int kind, const int C, const __m256i *is, const uint8_t *a, size_t ba,
-                   int64_t b, const float *ad, size_t bn, __m256 *acc) {
-    const size_t sco = kind == K16_Q2 ? 32 : 16;
-    __m256i ms[4];
-    for (int c = 0; c < C; c++) ms[c] = _mm256_setzero_si256();
-    for (int pp = 0; pp < 8; pp++) {
-        const __m128i v = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + sco + 16 * pp)),
-                                            _mm_loadl_epi64((const __m128i *)(w + sco + 8 + 16 * pp)));
-        const __m256i sp = kind == K16_Q2 ? _mm256_srli_epi16(_mm256_cvtepu8_epi16(v), 4) : _mm256_cvtepi8_epi16(v);
-        for (int c = 0; c < C; c++) {
-            int32_t bs;
-            memcpy(&bs, AK(c, b)->bsums + 2 * pp, 4);
-            ms[c] = _mm256_add_epi32(ms[c], _mm256_madd_epi16(sp, _mm256_set1_epi32(bs)));
-        }
-    }
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)), neg = _mm256_set1_ps(-0.0f);
-    for (int c = 0; c < C; c++) {
-        const __m256 da = _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]);
-        if (kind == K16_Q2) { /* |is| < 2^21, |ms| < 2^19 */
-            const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]), _mm256_mul_ps(dw, da), acc[c]);
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms[c]), _mm256_xor_ps(_mm256_mul_ps(dm, da), neg), acc[c]);
-            continue;
-        }
-        /* Q6_K: |is| < 2^28, |32 ms| < 2^27; Q3_K: |is|, |4 ms| < 2^23: exact */
-        const __m256i I = _mm256_sub_epi32(is[c], _mm256_slli_epi32(ms[c], kind == K16_Q3 ? 2 : 5));
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(dw, da), acc[c]);
     }
 }
 

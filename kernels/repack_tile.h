@@ -202,6 +202,46 @@ AI void q45k_finish(const int C, const uint8_t *w, const __m256i *is, const int3
     }
 }
 
+/* The K-quants with 16-element sub-blocks (Q6_K, Q3_K, Q2_K: kind), whose
+ * tiles (repack_avx2.c, repack_avx512.c) end each block the same way */
+enum { K16_Q6, K16_Q3, K16_Q2 };
+
+/* The end of K16 block b for C activation rows, given each row's integer
+ * sum is[c] of sub-block dots times scales: each row's (x_2pp, x_2pp+1)
+ * against the bsums (2pp, 2pp+1), x = the scales (Q6_K, Q3_K: the offset)
+ * or the mins (Q2_K), then the float scaling into acc[c] (repack.h's
+ * spec, every sum exact) */
+AI void k16_finish(const uint8_t *w, const int kind, const int C, const __m256i *is, const uint8_t *a, size_t ba,
+                   int64_t b, const float *ad, size_t bn, __m256 *acc) {
+    const size_t sco = kind == K16_Q2 ? 32 : 16;
+    __m256i ms[4];
+    for (int c = 0; c < C; c++) ms[c] = _mm256_setzero_si256();
+    for (int pp = 0; pp < 8; pp++) {
+        const __m128i v = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(w + sco + 16 * pp)),
+                                            _mm_loadl_epi64((const __m128i *)(w + sco + 8 + 16 * pp)));
+        const __m256i sp = kind == K16_Q2 ? _mm256_srli_epi16(_mm256_cvtepu8_epi16(v), 4) : _mm256_cvtepi8_epi16(v);
+        for (int c = 0; c < C; c++) {
+            int32_t bs;
+            memcpy(&bs, AK(c, b)->bsums + 2 * pp, 4);
+            ms[c] = _mm256_add_epi32(ms[c], _mm256_madd_epi16(sp, _mm256_set1_epi32(bs)));
+        }
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w)), neg = _mm256_set1_ps(-0.0f);
+    for (int c = 0; c < C; c++) {
+        const __m256 da = _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]);
+        if (kind == K16_Q2) { /* |is| <= 16 * 15 * 16 * 3 * 127 < 2^21, |ms| <= 16 * 15 * 2032 < 2^19 */
+            const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]), _mm256_mul_ps(dw, da), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms[c]), _mm256_xor_ps(_mm256_mul_ps(dm, da), neg), acc[c]);
+            continue;
+        }
+        /* Q6_K: |is| <= 16 * 128 * 16 * 63 * 127 < 2^28, |32 ms| <= 32 * 16 * 128 * 2032 < 2^27;
+         * Q3_K: |is| <= 16 * 32 * 16 * 7 * 127 < 2^23, |4 ms| <= 4 * 16 * 32 * 2032 < 2^23: exact */
+        const __m256i I = _mm256_sub_epi32(is[c], _mm256_slli_epi32(ms[c], kind == K16_Q3 ? 2 : 5));
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(dw, da), acc[c]);
+    }
+}
+
 /* The kern_pack_tile_fn of a type: C (1..4) becomes a compile-time constant
  * CC inside CALL, so each width gets its own register-allocated copy. */
 #define PACK_ENTRY(name, CALL)                                                                                  \
