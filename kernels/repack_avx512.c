@@ -417,11 +417,12 @@ DEC_K16(dec_q2_k, K16_NG, K16_Q2)
  * integer work (q5 false) on both groups' lanes at once, q45k_finish per
  * group, so each group's outputs are tile_q45k's, bit for bit.  Zen 5, 2
  * threads: kvant-kernels Q4_K decode 53-55 -> 79-86 GB/s of weights;
- * synthetic tinyllama Q4_K_M tg32 (its Q6_K tensors on tile_k16),
- * alternating, faster in 18 of 20 rounds, medians 64.5 -> 73.5 t/s
- * (2048 bytes ahead or 4 groups: no better).  Q5_K this way (its fifth
- * bits added as tile_q45k adds them) measured no faster: Q5_K_M faster in
- * 6 of 11 rounds, medians 56.4 -> 55.8; it keeps tile_q45k, as Q6_K keeps
+ * synthetic tinyllama Q4_K_M tg32 (llama-quantize --pure: every matrix
+ * Q4_K), alternating, faster in 18 of 20 rounds, medians 64.5 -> 73.5
+ * t/s (2048 bytes ahead or 4 groups: no better).  Q5_K this way (its
+ * fifth bits added as tile_q45k adds them) measured no faster: Q5_K_M
+ * (kvant quantize, its Q6_K tensors on tile_k16) faster in 6 of 11
+ * rounds, medians 56.4 -> 55.8; it keeps tile_q45k, as Q6_K keeps
  * tile_k16 (dec_k16). */
 AI void dec_q4k(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs, const uint8_t *a, const float *ad,
                 const int32_t *as) {
