@@ -210,8 +210,7 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
  * Scales at @16 (Q6_K, Q3_K: int8) or @32 (Q2_K: scale | min << 4);
  * quarter qq of chunk j (0..7) of half h is elements 128h + 32qq + 4j ..
  * +3, sub-block 8h + 2qq + j/4. */
-enum { K16_NG = 2, K16_PF = 4096 }; /* dec_k16: groups per run, prefetch distance */
-enum { Q4K_NG = 2, Q4K_PF = 4096 };   /* dec_q4k: the same */
+enum { DEC2_NG = 2, DEC2_PF = 4096 }; /* dec_k16, dec_q4k: groups per run, prefetch distance */
 
 /* the 4 quarters q[qq] of chunk j of half h, from one set of loads:
  *   Q6_K: ql chunks 16h + j (quarters 0, 2: low, high nibble) and
@@ -294,7 +293,7 @@ AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
  * k16_finish per group (C = 1), so each group's outputs are tile_k16's,
  * bit for bit.  Half the vector instructions per weight: these two kinds
  * were compute-bound from memory (37-40% of the roofline).  Each stream
- * is prefetched K16_PF bytes ahead into L1 (prefetch_dec).
+ * is prefetched DEC2_PF bytes ahead into L1 (prefetch_dec).
  *
  * Zen 5 (family 26 model 2), 2 threads.  kvant-kernels (K 4096, decode
  * GB/s of weights, three alternating rounds): Q2_K 37-47 -> 58-68, Q3_K
@@ -342,6 +341,20 @@ AI __m512i ld_2g(const uint8_t *w, size_t gs, size_t off) {
     return z_join(_mm256_loadu_si256((const __m256i *)(w + off)), _mm256_loadu_si256((const __m256i *)(w + gs + off)));
 }
 
+/* 8 bytes at off of the group at w and of the next, widened to int32
+ * lanes (sgn: as int8, else as uint8) */
+AI __m512i b8_2g(const uint8_t *w, size_t gs, size_t off, const bool sgn) {
+    const __m128i x0 = _mm_loadl_epi64((const __m128i *)(w + off)), x1 = _mm_loadl_epi64((const __m128i *)(w + gs + off));
+    return sgn ? z_join(_mm256_cvtepi8_epi32(x0), _mm256_cvtepi8_epi32(x1))
+               : z_join(_mm256_cvtepu8_epi32(x0), _mm256_cvtepu8_epi32(x1));
+}
+
+/* both groups' streams of a run, xb-byte blocks at block offset off */
+AI void prefetch_dec_2g(const uint8_t *w, size_t off, size_t xb, size_t gs, const int NG) {
+    prefetch_dec(w, off, xb, DEC2_PF, gs, NG);
+    prefetch_dec(w + gs, off, xb, DEC2_PF, gs, NG);
+}
+
 /* k16_chunk of two groups at once (Q3_K, Q2_K) */
 AI void k16_chunk_2g(const uint8_t *w, size_t gs, const int kind, int h, int j, __m512i q[4]) {
     const __m512i m3 = _mm512_set1_epi32(0x03030303);
@@ -359,12 +372,7 @@ AI void k16_chunk_2g(const uint8_t *w, size_t gs, const int kind, int h, int j, 
 /* the 8 rows' scales of sub-block s of two groups, as int32 lanes */
 AI __m512i k16_scales_2g(const uint8_t *w, size_t gs, const int kind, int s) {
     const size_t o = (kind == K16_Q2 ? 32 : 16) + 8 * (size_t)s;
-    const __m128i x0 = _mm_loadl_epi64((const __m128i *)(w + o)), x1 = _mm_loadl_epi64((const __m128i *)(w + gs + o));
-    if (kind == K16_Q2) {
-        const __m256i m = _mm256_set1_epi32(15);
-        return z_join(_mm256_and_si256(_mm256_cvtepu8_epi32(x0), m), _mm256_and_si256(_mm256_cvtepu8_epi32(x1), m));
-    }
-    return z_join(_mm256_cvtepi8_epi32(x0), _mm256_cvtepi8_epi32(x1));
+    return kind == K16_Q2 ? z_and(b8_2g(w, gs, o, false), _mm512_set1_epi32(15)) : b8_2g(w, gs, o, true);
 }
 
 AI void dec_k16(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs, const uint8_t *a, const float *ad,
@@ -376,8 +384,7 @@ AI void dec_k16(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs
         const uint8_t *aq = (const uint8_t *)((const block_q8_K *)a + b)->qs;
         for (int n = 0; n < NG; n += 2) {
             const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * xb;
-            prefetch_dec(w, (size_t)b * xb, xb, K16_PF, gs, NG);
-            prefetch_dec(w + gs, (size_t)b * xb, xb, K16_PF, gs, NG);
+            prefetch_dec_2g(w, (size_t)b * xb, xb, gs, NG);
             __m512i is = _mm512_setzero_si512();
             for (int h = 0; h < 2; h++)
                 for (int jh = 0; jh < 2; jh++) { /* sub-blocks 8h + 2qq + jh, as tile_k16 */
@@ -410,8 +417,8 @@ AI void dec_k16(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs
         (void)as;                                                                                               \
         dec_k16(ng, nb, y, w, gs, a, ad, kind);                                                                 \
     }
-DEC_K16(dec_q3_k, K16_NG, K16_Q3)
-DEC_K16(dec_q2_k, K16_NG, K16_Q2)
+DEC_K16(dec_q3_k, DEC2_NG, K16_Q3)
+DEC_K16(dec_q2_k, DEC2_NG, K16_Q2)
 
 /* Q4_K decode over NG = 2 groups two to a zmm, as dec_k16: tile_q45k's
  * integer work (q5 false) on both groups' lanes at once, q45k_finish per
@@ -433,8 +440,7 @@ AI void dec_q4k(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs
         const uint8_t *aq = (const uint8_t *)((const block_q8_K *)a + b)->qs;
         for (int n = 0; n < NG; n += 2) {
             const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * 1184;
-            prefetch_dec(w, (size_t)b * 1184, 1184, Q4K_PF, gs, NG);
-            prefetch_dec(w + gs, (size_t)b * 1184, 1184, Q4K_PF, gs, NG);
+            prefetch_dec_2g(w, (size_t)b * 1184, 1184, gs, NG);
             __m512i is = _mm512_setzero_si512();
             for (int p = 0; p < 4; p++) { /* sub-blocks 2p (low nibbles) and 2p + 1 (high), as tile_q45k */
                 __m512i se = _mm512_setzero_si512(), so = _mm512_setzero_si512();
@@ -447,10 +453,7 @@ AI void dec_q4k(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs
                     so = z_dpbusd(so, z_and(z_srl16(raw, 4), m4), _mm512_set1_epi32(vo));
                 }
                 const size_t o = 32 + 16 * (size_t)p; /* the scales of sub-blocks 2p and 2p + 1: o, o + 8 */
-                const __m512i sce = z_join(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + o))),
-                                           _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + gs + o))));
-                const __m512i sco = z_join(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + o + 8))),
-                                           _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + gs + o + 8))));
+                const __m512i sce = b8_2g(w, gs, o, false), sco = b8_2g(w, gs, o + 8, false);
                 is = z_add32(is, z_add32(z_mullo32(se, sce), z_mullo32(so, sco)));
             }
             const __m256i is0 = z_lo(is), is1 = z_hi(is);
@@ -462,7 +465,7 @@ AI void dec_q4k(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs
 }
 static void dec_q4_k(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad,
                      const int32_t *as) {
-    dec_q4k(Q4K_NG, nb, y, w, gs, a, ad, as);
+    dec_q4k(DEC2_NG, nb, y, w, gs, a, ad, as);
 }
 
 PACK_ENTRY(tile_q8_0, tile_q8(nb, CC, y, ldy, w, a, ba, ad, bn))
@@ -526,9 +529,9 @@ kern_pack_dec_fn kern_pack_dec_avx512(int wtype, int *ng) {
     case KT_Q5_1: return dec8_q5_1;
     case KT_S24_Q8: return dec8_s24_q8;
     case KT_S24_F16: *ng = 4; return dec4_s24_f16_zmm;
-    case KT_Q3_K: *ng = K16_NG; return dec_q3_k;
-    case KT_Q4_K: *ng = Q4K_NG; return dec_q4_k;
-    case KT_Q2_K: *ng = K16_NG; return dec_q2_k;
+    case KT_Q3_K: *ng = DEC2_NG; return dec_q3_k;
+    case KT_Q4_K: *ng = DEC2_NG; return dec_q4_k;
+    case KT_Q2_K: *ng = DEC2_NG; return dec_q2_k;
     default: return NULL;
     }
 }
