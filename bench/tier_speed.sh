@@ -8,14 +8,15 @@
 # (`kvant synth`) and llama.cpp's types of it (`llama-quantize --pure`), then
 # bench/compare.py --tiers avx2,avx512 runs kvant bench at both tiers
 # (KVANT_TIER) and llama-bench, interleaved, pp and tg, with the decode
-# roofline from the bandwidth measured beside each row.  Needs an AVX-512
-# CPU (KVANT_TIER=avx512 is refused elsewhere).  Env: T (2), P (512),
-# N (128), R (2), TYPES (F16 BF16 Q8_0 Q6_K Q4_K_M Q4_0 Q3_K_S Q2_K).
+# roofline from the bandwidth measured beside each row.  KVANT_TIER=avx512
+# is refused on a CPU without AVX-512: there set TIERS=avx2 (one kvant
+# column, beside llama.cpp).  Env: T (2), P (512), N (128), R (2),
+# TIERS (avx2,avx512), TYPES (F16 BF16 Q8_0 Q6_K Q4_K_M Q4_0 Q3_K_S Q2_K).
 set -eu
 LB=${1:?usage: bench/tier_speed.sh LLAMA_BIN_DIR [DIR]}
 D=${2:-/tmp/tier-speed}
 K=${KVANT:-build/kvant}
-T=${T:-2} P=${P:-512} N=${N:-128} R=${R:-2} TYPES=${TYPES:-F16 BF16 Q8_0 Q6_K Q4_K_M Q4_0 Q3_K_S Q2_K}
+T=${T:-2} P=${P:-512} N=${N:-128} R=${R:-2} TIERS=${TIERS:-avx2,avx512} TYPES=${TYPES:-F16 BF16 Q8_0 Q6_K Q4_K_M Q4_0 Q3_K_S Q2_K}
 mkdir -p "$D"
 export LD_LIBRARY_PATH="$LB"
 F="$D/tinyllama-F16.gguf"
@@ -30,4 +31,4 @@ echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $T threads; model: SYNTHETIC
 "$K" --version | tail -1
 # shellcheck disable=SC2086
 python3 bench/compare.py --llama-bench "$LB/llama-bench" --kvant "$K" -t "$T" -p "$P" -n "$N" -r "$R" \
-    --tiers avx2,avx512 $files
+    --tiers "$TIERS" $files

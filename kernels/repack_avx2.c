@@ -432,10 +432,17 @@ void kern_pack_quant_q8_k_avx2(const float *x, void *vy, int64_t n) {
 #define S24_VNNI 0
 #include "kernels/repack_s24_tile.h"
 
+static void dec_s24_q8(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad,
+                       const int32_t *as) {
+    (void)ad, (void)as;
+    dec_s24q8(DEC_NG, nb, y, w, gs, a);
+}
+
 kern_pack_dec_fn kern_pack_dec_avx2(int wtype, int *ng) {
     *ng = DEC_NG;
     switch (wtype) {
     case KT_S24_F16: *ng = S24_DEC_NG; return dec_s24_f16;
+    case KT_S24_Q8: return dec_s24_q8;
     case KT_Q8_0: return dec_q8_0;
     case KT_Q4_0: return dec_q4_0;
     case KT_Q4_1: return dec_q4_1;

@@ -500,6 +500,12 @@ PACK_ENTRY(tile_q2_k, tile_k16(nb, CC, y, ldy, w, a, ba, ad, bn, K16_Q2))
 #endif
 #include "kernels/repack_s24_tile.h"
 
+static void dec8_s24_q8(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad,
+                        const int32_t *as) {
+    (void)ad, (void)as;
+    dec_s24q8(8, nb, y, w, gs, a);
+}
+
 kern_pack_tile_fn kern_pack_tile_avx512(int wtype) {
     switch (wtype) {
     case KT_Q8_0: return tile_q8_0;

@@ -101,26 +101,36 @@ AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t 
 
 PACK_ENTRY(tile_s24_q8, tile_s24q8(nb, CC, y, ldy, w, a, ba))
 
-#if S24_VNNI
-/* Decode over NG = 8 consecutive groups at once (kern_pack_dec_fn), as
- * repack_avx512.c dec_q8 reads Q8_0: 8 streams gs bytes apart, each
- * prefetched 1024 bytes ahead into L1 (prefetch_dec), the block's four
- * activation windows loaded once for the 8 groups.  Each group's index
- * decoding, exact sums and fmaf chain are tile_s24q8's with C = 1, so the
- * same bits. */
+/* Decode over NG consecutive groups at once (kern_pack_dec_fn), as
+ * dec_q8 reads Q8_0: NG streams gs bytes apart, each prefetched 1024 bytes
+ * ahead into L1 (prefetch_dec), the block's four activation windows loaded
+ * once for the NG groups.  Each group's index decoding, exact sums (VNNI
+ * or vpmaddubsw, as the tile above) and fmaf chain are tile_s24q8's with
+ * C = 1, so the same bits.  NG = 8 at the avx512 tier (repack_avx512.c),
+ * 4 at avx2 (repack_avx2.c, DEC_NG).  Zen 3 (AVX2 only), synthetic 2:4
+ * tinyllama-1.1b, tg32, 2 threads, alternating: see bench/sparse24_tiers.md. */
 AI void dec_s24q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs, const uint8_t *a) {
     static const size_t WIN[4] = {offsetof(block_s24_a8, x), offsetof(block_s24_a8, y), offsetof(block_s24_a8, x) + 16,
                                   offsetof(block_s24_a8, y) + 16};
-    const __m256i three = _mm256_set1_epi8(3), x80 = _mm256_set1_epi8((char)0x80);
+    const __m256i three = _mm256_set1_epi8(3);
     const __m256i base0 = _mm256_set1_epi32(0x04040000), base1 = _mm256_set1_epi32(0x0c0c0808);
     const __m256i sh0 = _mm256_setr_epi64x(0, 0, 2, 2), sh1 = _mm256_setr_epi64x(4, 4, 6, 6);
+#if S24_VNNI
+    const __m256i x80 = _mm256_set1_epi8((char)0x80);
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+#endif
     __m256 acc[8];
     for (int n = 0; n < NG; n++) acc[n] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *ab = a + (size_t)b * sizeof(block_s24_a8);
         __m256i win[4];
-        for (int m = 0; m < 4; m++)
-            win[m] = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(ab + WIN[m]))), x80);
+        for (int m = 0; m < 4; m++) {
+            win[m] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(ab + WIN[m])));
+#if S24_VNNI
+            win[m] = _mm256_xor_si256(win[m], x80);
+#endif
+        }
         float da[2];
         for (int hh = 0; hh < 2; hh++) memcpy(&da[hh], ab + offsetof(block_s24_a8, d) + 4 * sizeof(float) * (size_t)hh, 4);
         for (int n = 0; n < NG; n++) {
@@ -128,31 +138,34 @@ AI void dec_s24q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t 
             prefetch_dec(w, (size_t)b * 336, 336, 1024, gs, NG);
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
             for (int hh = 0; hh < 2; hh++) {
-                __m256i s = _mm256_setzero_si256(), corr = _mm256_setzero_si256();
+                __m256i s = _mm256_setzero_si256();
+#if S24_VNNI
+                __m256i corr = _mm256_setzero_si256();
+#endif
                 for (int m = 2 * hh; m < 2 * hh + 2; m++) {
                     const __m256i ixm = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + 272 + 16 * m)));
                     for (int h = 0; h < 2; h++) {
                         const __m256i idx = _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi64(ixm, h ? sh1 : sh0), three),
                                                             h ? base1 : base0);
                         const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * (2 * m + h)));
+#if S24_VNNI
                         corr = dpbusd(corr, x80, q);
                         s = dpbusd(s, _mm256_shuffle_epi8(win[m], idx), q);
+#else
+                        const __m256i g = _mm256_sign_epi8(_mm256_shuffle_epi8(win[m], idx), q);
+                        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), g), ones));
+#endif
                     }
                 }
-                acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s, corr)),
-                                         _mm256_mul_ps(dw, _mm256_set1_ps(da[hh])), acc[n]);
+#if S24_VNNI
+                s = _mm256_sub_epi32(s, corr);
+#endif
+                acc[n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(da[hh])), acc[n]);
             }
         }
     }
     for (int n = 0; n < NG; n++) _mm256_storeu_ps(y + (size_t)n * KERN_PACK_ROWS, acc[n]);
 }
-
-static void dec8_s24_q8(int64_t nb, float *y, const uint8_t *w, size_t gs, const uint8_t *a, const float *ad,
-                        const int32_t *as) {
-    (void)ad, (void)as;
-    dec_s24q8(8, nb, y, w, gs, a);
-}
-#endif
 
 /* S24_F16x8 (kernels/repack_s24.c) against F32 activations, one activation
  * row after another (the spec's eight chains A[q][e] are eight ymm of 8

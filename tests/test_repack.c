@@ -544,7 +544,7 @@ static void test_tiles_direct(void **state) {
         const kern_pack_dec_fn decs[3] = {kern_pack_dec_avx512_emulated(t, &ngs[0]),
                                           real ? kern_pack_dec_avx512(t, &ngs[1]) : NULL, kern_pack_dec_avx2(t, &ngs[2])};
         const bool has_dec2 =
-            t == KT_Q8_0 || t == KT_Q4_0 || t == KT_Q4_1 || t == KT_Q5_0 || t == KT_Q5_1 || t == KT_S24_F16;
+            t == KT_Q8_0 || t == KT_Q4_0 || t == KT_Q4_1 || t == KT_Q5_0 || t == KT_Q5_1 || t == KT_S24_Q8 || t == KT_S24_F16;
         assert_true((decs[2] != NULL) == has_dec2);
         assert_true(!has_dec2 || ngs[2] > 1);
         const bool has_dec = t == KT_Q8_0 || t == KT_Q4_0 || t == KT_Q4_1 || t == KT_Q5_0 || t == KT_Q5_1 ||
