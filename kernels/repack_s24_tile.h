@@ -18,9 +18,10 @@
  * Each half block's int32 sums (chunks 0-3, 4-7) are scaled by d_w * d_a(h)
  * into one fmaf chain per output: bit-identical to kern_pack_s24_tile_ref.
  *
- * Decode: each group is one contiguous stream; both tiles prefetch with
- * prefetch_block_far (repack_tile.h: 8192 bytes ahead into L2 on Zen 4,
- * 2048 into L1 elsewhere).  Zen 4, synthetic 2:4 tinyllama-1.1b tg32, 2
+ * Decode: runs of several groups go through dec_s24q8 / dec_s24_f16
+ * below; a group decoded alone is one contiguous stream, which both tiles
+ * prefetch with prefetch_block_far (repack_tile.h: 8192 bytes ahead into
+ * L2 on Zen 4, 2048 into L1 elsewhere).  Zen 4, synthetic 2:4 tinyllama-1.1b tg32, 2
  * threads, alternating runs with the meter at 69-71 GB/s: S24_F16 42.0-43.6
  * t/s far against 38.4-40.3 near, S24_Q8 67.1-70.2 against 67.7-69.3. */
 #ifndef KVANT_KERNELS_REPACK_S24_TILE_H
