@@ -33,6 +33,18 @@
 #define S24_VNNI 0
 #endif
 
+/* s + the exact dot of one chunk: the 4 gathered activations g (vpshufb
+ * of the window; with VNNI the window was already ^ 0x80) against its
+ * weights q, per row (the VNNI correction is subtracted by the caller) */
+AI __m256i s24_dot(__m256i s, __m256i g, __m256i q) {
+#if S24_VNNI
+    return dpbusd(s, g, q);
+#else
+    const __m256i u = _mm256_sign_epi8(q, q); /* |q|, exact as unsigned even for -128 */
+    return _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(g, q)), _mm256_set1_epi16(1)));
+#endif
+}
+
 AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba) {
     /* offsets of the 16-byte activation windows m = 0..3 in an S24_A8 block (x[0..16), y[0..16), x[16..32), y[16..32)) */
     static const size_t WIN[4] = {offsetof(block_s24_a8, x), offsetof(block_s24_a8, y), offsetof(block_s24_a8, x) + 16,
@@ -42,8 +54,6 @@ AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t 
     const __m256i sh0 = _mm256_setr_epi64x(0, 0, 2, 2), sh1 = _mm256_setr_epi64x(4, 4, 6, 6);
 #if S24_VNNI
     const __m256i x80 = _mm256_set1_epi8((char)0x80);
-#else
-    const __m256i ones = _mm256_set1_epi16(1);
 #endif
     const bool far_l2 = kern_prefetch_l2();
     __m256 acc[4];
@@ -73,15 +83,8 @@ AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t 
                     const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * (2 * m + h)));
 #if S24_VNNI
                     corr = dpbusd(corr, x80, q);
-                    for (int c = 0; c < C; c++)
-                        s[c] = dpbusd(s[c], _mm256_shuffle_epi8(win[c], idx), q);
-#else
-                    const __m256i u = _mm256_sign_epi8(q, q); /* |q|, exact as unsigned even for -128 */
-                    for (int c = 0; c < C; c++) {
-                        const __m256i g = _mm256_sign_epi8(_mm256_shuffle_epi8(win[c], idx), q);
-                        s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(_mm256_maddubs_epi16(u, g), ones));
-                    }
 #endif
+                    for (int c = 0; c < C; c++) s[c] = s24_dot(s[c], _mm256_shuffle_epi8(win[c], idx), q);
                 }
             }
             for (int c = 0; c < C; c++) {
@@ -118,8 +121,6 @@ AI void dec_s24q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t 
     const __m256i sh0 = _mm256_setr_epi64x(0, 0, 2, 2), sh1 = _mm256_setr_epi64x(4, 4, 6, 6);
 #if S24_VNNI
     const __m256i x80 = _mm256_set1_epi8((char)0x80);
-#else
-    const __m256i ones = _mm256_set1_epi16(1);
 #endif
     __m256 acc[8];
     for (int n = 0; n < NG; n++) acc[n] = _mm256_setzero_ps();
@@ -151,11 +152,8 @@ AI void dec_s24q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t 
                         const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * (2 * m + h)));
 #if S24_VNNI
                         corr = dpbusd(corr, x80, q);
-                        s = dpbusd(s, _mm256_shuffle_epi8(win[m], idx), q);
-#else
-                        const __m256i g = _mm256_sign_epi8(_mm256_shuffle_epi8(win[m], idx), q);
-                        s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), g), ones));
 #endif
+                        s = s24_dot(s, _mm256_shuffle_epi8(win[m], idx), q);
                     }
                 }
 #if S24_VNNI
