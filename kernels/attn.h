@@ -126,5 +126,9 @@ void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_
 /* how many kern_attn_flash calls so far split a head's chunks across
  * threads (flash-decoding); for tests and benchmarks */
 int64_t kern_attn_flash_split_calls(void);
+/* a decoding step's shape when rows are read in place: nh KV heads of nt
+ * tiles each at once (nh nt <= 8); 0, 0 = the measured default of the
+ * active tier.  No result depends on it; for tests and benchmarks */
+void kern_attn_flash_set_step(int nh, int nt);
 
 #endif

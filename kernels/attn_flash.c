@@ -83,15 +83,14 @@
 #define FLASH_TILE_DEFAULT 64
 #define FLASH_CHUNK_TILES 8 /* default KV chunk: 8 tiles (512 positions) */
 #define FLASH_ROWS 128 /* query rows per unit to aim for (Tq = FLASH_ROWS / G) */
-/* A decode step (split_item, rows read in place) takes FLASH_NH KV heads'
- * tiles at once, their products interleaved in slices of FLASH_SLICE keys,
- * and asks for each row's lines FLASH_PF_STREAM bytes ahead in its run
- * (range_heads); FLASH_NH_ROWS: for at most this many query rows (T G),
- * the rows the extra heads' scores have room for.  Zen 5, 2 threads,
- * kvant-kernels --attn --depth 8192 --layers 12, alternating: see
- * range_heads. */
+/* A decode step (split_item, rows read in place) takes nh KV heads' runs
+ * of nt tiles each at once (range_heads; nh nt <= FLASH_SLOTS), the heads'
+ * products interleaved in slices of FLASH_SLICE keys, and asks for each
+ * row's lines FLASH_PF_STREAM bytes ahead in its run; FLASH_NH_ROWS: for at
+ * most this many query rows (T G), the rows the extra slots' scores have
+ * room for.  The step's shape is measured per machine kind (decode_step). */
 #define FLASH_SLICE 16
-#define FLASH_NH 4
+#define FLASH_SLOTS 8
 #define FLASH_NH_ROWS 16
 #define FLASH_PF_STREAM 2048
 
@@ -256,7 +255,7 @@ typedef struct {
     size_t qs, kz, kd, vs, s, sx, a, m, l, kp, vp, freq, mm, ll, acc, split, total; /* offsets in floats */
 } flash_layout;
 
-/* the rows slots 1 .. FLASH_NH - 1 of a step have room for */
+/* the rows slots 1 .. FLASH_SLOTS - 1 of a step have room for */
 static int nh_rows(int R) { return R < FLASH_NH_ROWS ? R : FLASH_NH_ROWS; }
 
 /* Split mode's partials: this many floats per thread (whatever T, P) */
@@ -277,12 +276,12 @@ static flash_layout layout(const kern_attn_dims *d) {
     L.kd = o; o += pad16((size_t)L.TP * L.Dp);
     L.vs = o; o += pad16((size_t)L.TP * L.Dp);
     L.s = o; o += pad16((size_t)L.R * L.TP);
-    L.sx = o; o += (FLASH_NH - 1) * pad16((size_t)nh_rows(L.R) * L.TP);
+    L.sx = o; o += (FLASH_SLOTS - 1) * pad16((size_t)nh_rows(L.R) * L.TP);
     L.a = o; o += pad16((size_t)L.R * L.Dp);
     L.m = o; o += pad16((size_t)L.R);
     L.l = o; o += pad16((size_t)L.R);
-    L.kp = o; o += FLASH_NH * ptr_floats(L.TP);
-    L.vp = o; o += FLASH_NH * ptr_floats(L.TP);
+    L.kp = o; o += FLASH_SLOTS * ptr_floats(L.TP);
+    L.vp = o; o += FLASH_SLOTS * ptr_floats(L.TP);
     L.freq = o; o += pad16((size_t)d->D / 2 + 1);
     L.mm = o; o += pad16((size_t)L.R);
     L.ll = o; o += pad16((size_t)L.R);
@@ -292,7 +291,7 @@ static flash_layout layout(const kern_attn_dims *d) {
     return L;
 }
 
-/* slot h (< FLASH_NH) of a step: the scores S[R][TP] of one head's tile,
+/* slot h (< FLASH_SLOTS) of a step: the scores S[R][TP] of one head's tile,
  * and its K and V row pointers (load_tile) */
 static float *slot_S(const flash_layout *L, float *sc, int h) {
     return h ? sc + L->sx + (size_t)(h - 1) * pad16((size_t)nh_rows(L->R) * L->TP) : sc + L->s;
@@ -329,6 +328,7 @@ typedef struct {
      * threads' slots, n_groups groups per chunk */
     bool split;
     int n_items, nth, c0, ps, pe, n_groups, hg;
+    int step_nh, step_nt; /* a decode step's heads and tiles per head (range_heads) */
     size_t slot_floats, q_floats;
     _Atomic int next;
 } flash_job;
@@ -585,38 +585,44 @@ static void range_tile(const flash_job *j, float *sc, const float *Qs, int t0, i
     tile_pv(j, sc, 0, r0, R, 0, n, A, 0);
 }
 
-/* One tile [p0, p0 + n) of nh (<= FLASH_NH) KV heads hk0 .. of a decode
- * step at once (split_item, rows read in place): range_tile's arithmetic
- * per head (Qs[h] its queries; m[h], l[h], A[h] its partials), with the
- * heads' products interleaved slice by slice, so a thread reads nh runs of
- * K, then nh of V, and the products ask for every line of each run
- * FLASH_PF_STREAM bytes ahead of its use, one request per line spread over
- * the work.  (A head's run goes on past a block's end when the sequence's
- * blocks are consecutive, the usual case, kv/paged.h; elsewhere a request
- * is wasted, never wrong: prefetches do not fault.)
- *
- * Zen 5 (family 26 model 2), 2 threads, kvant-kernels --attn --depth 8192
- * --layers 12, two alternating rounds, us per layer against the one-head
- * steps before with the next step's runs asked for into L2: stories110M
- * (12 / 12 x 64) 696-741 against 1066-1101, tinyllama (32 / 4 x 64)
- * 434-468 against 631-647, MQA (8 / 1 x 256) 385-467 against 517-527.
- * Asked for a slice at a time (32 lines per head, then its products):
- * 845-979 for stories110M; 1 or 2 heads at once 1193-1516; 6 or 12 heads
- * within noise of 4; 1024 or 3072 bytes ahead slower. */
-static void range_heads(const flash_job *j, float *sc, const float *const *Qs, int hk0, int nh, int p0, int n,
-                        int first, float *const *m, float *const *l, float *const *A) {
-    const int T = j->d->T, R = T * j->L.G, nc = round8(n);
-    for (int h = 0; h < nh; h++) load_tile(j, sc, h, hk0 + h, p0, n, nc, first, false);
-    const int t_first = p0 - j->d->q_pos0 > 0 ? p0 - j->d->q_pos0 : 0;
-    if (t_first >= T) return; /* no query reaches this tile */
-    const int r0 = t_first * j->L.G;
-    for (int s0 = 0; s0 < nc; s0 += FLASH_SLICE)
+/* One decode step (split_item, rows read in place): nh KV heads hk0 ..
+ * at once, each over its nt tiles from p0 (those before pe), nh nt <=
+ * FLASH_SLOTS; range_tile's arithmetic per head and tile (Qs[h] the head's
+ * queries; m[h], l[h], A[h] its partials), so the bits do not depend on the
+ * step's shape.  A head's scores of all nt tiles come first, its K run read
+ * front to back; then per tile its softmax step and P.V, its V run front to
+ * back.  The heads' products are interleaved slice by slice, so a thread
+ * reads nh runs of K, then nh of V, and the products ask for every line of
+ * each run FLASH_PF_STREAM bytes ahead of its use, one request per line
+ * spread over the work.  (A head's run goes on past a block's end when the
+ * sequence's blocks are consecutive, the usual case, kv/paged.h; elsewhere
+ * a request is wasted, never wrong: prefetches do not fault.)  Measured
+ * shapes: decode_step. */
+static void range_heads(const flash_job *j, float *sc, const float *const *Qs, int hk0, int nh, int nt, int p0,
+                        int pe, int first, float *const *m, float *const *l, float *const *A) {
+    const int T = j->d->T, R = T * j->L.G, tile = j->L.tile;
+    int n[FLASH_SLOTS], r0[FLASH_SLOTS], k = 0; /* tile t: positions p0 + t tile .. + n[t], query rows r0[t] .. */
+    for (; k < nt && p0 + k * tile < pe; k++) {
+        const int pt = p0 + k * tile, t_first = pt - j->d->q_pos0 > 0 ? pt - j->d->q_pos0 : 0;
+        if (t_first >= T) break; /* no query reaches this tile, nor a later one */
+        n[k] = pe - pt < tile ? pe - pt : tile;
+        r0[k] = t_first * j->L.G;
+        for (int h = 0; h < nh; h++) load_tile(j, sc, h * nt + k, hk0 + h, pt, n[k], round8(n[k]), first, false);
+    }
+    const int nk = k; /* slot of head h, tile t: h nt + t */
+    for (int t = 0; t < nk; t++)
+        for (int s0 = 0, nc = round8(n[t]); s0 < nc; s0 += FLASH_SLICE)
+            for (int h = 0; h < nh; h++)
+                tile_scores(j, sc, h * nt + t, Qs[h], r0[t], R, s0, nc - s0 < FLASH_SLICE ? nc - s0 : FLASH_SLICE,
+                            FLASH_PF_STREAM);
+    for (int t = 0; t < nk; t++) {
         for (int h = 0; h < nh; h++)
-            tile_scores(j, sc, h, Qs[h], r0, R, s0, nc - s0 < FLASH_SLICE ? nc - s0 : FLASH_SLICE, FLASH_PF_STREAM);
-    for (int h = 0; h < nh; h++) tile_softmax(j, slot_S(&j->L, sc, h), 0, r0, R, p0, n, m[h], l[h], A[h]);
-    for (int s0 = 0; s0 < n; s0 += FLASH_SLICE)
-        for (int h = 0; h < nh; h++)
-            tile_pv(j, sc, h, r0, R, s0, n - s0 < FLASH_SLICE ? n - s0 : FLASH_SLICE, A[h], FLASH_PF_STREAM);
+            tile_softmax(j, slot_S(&j->L, sc, h * nt + t), 0, r0[t], R, p0 + t * tile, n[t], m[h], l[h], A[h]);
+        for (int s0 = 0; s0 < n[t]; s0 += FLASH_SLICE)
+            for (int h = 0; h < nh; h++)
+                tile_pv(j, sc, h * nt + t, r0[t], R, s0, n[t] - s0 < FLASH_SLICE ? n[t] - s0 : FLASH_SLICE, A[h],
+                        FLASH_PF_STREAM);
+    }
 }
 
 /* The online softmax of the unit's rows (queries in Qs) over the tiles of
@@ -727,9 +733,10 @@ static float *head_slot(const flash_job *j, int i, int h) {
  * --attn -t 2 --layers 12).  When the pool was laid out block by block this
  * order read each block front to back (+31% at depth 8192 on the Intel
  * Xeon, against a 2 KB run per head and block).  Rows read in place take
- * FLASH_NH heads per step (range_heads; one when the rows outnumber
- * FLASH_NH_ROWS), other caches one (range_tile).  Per head the arithmetic
- * is unit_range's, tile for tile. */
+ * step_nh heads of step_nt tiles each per step (range_heads; one head and
+ * one tile when the rows outnumber FLASH_NH_ROWS), other caches one head
+ * and tile (range_tile).  Per head the arithmetic is unit_range's, tile
+ * for tile. */
 static void split_item(const flash_job *j, float *sc, int i) {
     const int g = i % j->n_groups, c = j->c0 + i / j->n_groups, R = j->d->T * j->L.G;
     const int hk0 = g * j->hg, hk1 = hk0 + j->hg < j->d->Hkv ? hk0 + j->hg : j->d->Hkv;
@@ -742,8 +749,9 @@ static void split_item(const flash_job *j, float *sc, int i) {
     }
     const int a = c * j->chunk > j->ps ? c * j->chunk : j->ps, b = (c + 1) * j->chunk < j->pe ? (c + 1) * j->chunk : j->pe;
     const int first = kern_attn_first_pos(j->d, j->d->q_pos0);
-    const int step = !j->in_place ? 0 : R <= FLASH_NH_ROWS ? FLASH_NH : 1; /* heads per range_heads */
-    for (int p0 = a; p0 < b; p0 += j->L.tile) {
+    /* heads per range_heads and tiles per head */
+    const int step = !j->in_place ? 0 : R <= FLASH_NH_ROWS ? j->step_nh : 1, nt = R <= FLASH_NH_ROWS ? j->step_nt : 1;
+    for (int p0 = a; p0 < b; p0 += (step ? nt : 1) * j->L.tile) {
         const int n = b - p0 < j->L.tile ? b - p0 : j->L.tile;
         if (!step) {
             for (int hk = hk0; hk < hk1; hk++) {
@@ -755,14 +763,14 @@ static void split_item(const flash_job *j, float *sc, int i) {
         }
         for (int h0 = hk0; h0 < hk1; h0 += step) {
             const int nh = hk1 - h0 < step ? hk1 - h0 : step;
-            const float *Qs[FLASH_NH];
-            float *m[FLASH_NH], *l[FLASH_NH], *A[FLASH_NH];
+            const float *Qs[FLASH_SLOTS];
+            float *m[FLASH_SLOTS], *l[FLASH_SLOTS], *A[FLASH_SLOTS];
             for (int h = 0; h < nh; h++) {
                 float *slot = head_slot(j, i, h0 + h - hk0);
                 Qs[h] = Qg + (size_t)(h0 + h - hk0) * qh;
                 m[h] = slot, l[h] = slot + lo, A[h] = slot + ao;
             }
-            range_heads(j, sc, Qs, h0, nh, p0, n, first, m, l, A);
+            range_heads(j, sc, Qs, h0, nh, nt, p0, b, first, m, l, A);
         }
     }
 }
@@ -807,6 +815,43 @@ static const attn_flash_ops *pick_ops(void) {
     return &attn_flash_ops_c;
 }
 
+/* A decode step's shape (range_heads): nh heads of nt tiles each, chosen
+ * by measurement per machine kind; no result depends on it.
+ *   - avx512 tier: 4 heads of 1 tile.  Zen 5 (family 26 model 2), 2
+ *     threads, kvant-kernels --attn --depth 8192 --layers 12, two
+ *     alternating rounds, us per layer against one-head steps with the next
+ *     step's runs asked for into L2: stories110M (12 / 12 x 64) 696-741
+ *     against 1066-1101, tinyllama (32 / 4 x 64) 434-468 against 631-647,
+ *     MQA (8 / 1 x 256) 385-467 against 517-527.  Asked for a slice at a
+ *     time (32 lines per head, then its products): 845-979 for stories110M;
+ *     1 or 2 heads at once 1193-1516; 6 or 12 heads within noise of 4; 1024
+ *     or 3072 bytes ahead slower.  (More tiles per head not measured there.)
+ *   - below (AVX2 without AVX-512): 2 heads of 4 tiles.  Zen 3 (family 25
+ *     model 1, 2 threads), same command, alternating rounds: stories110M
+ *     1 thread 1359-1408 us per layer against 1839-1922 for 4 heads of 1
+ *     tile, 2 threads 913-1045 against 1012-1096 (at 2 threads the memory
+ *     is the limit), 5 more rounds 999-1125 against 1222-1875 (1 head of 8
+ *     tiles alike, 2 of 2 between); 1 or 2 heads of 1 tile in between.
+ *     kvant bench -m stories110M-q8_0.gguf -p 0 -n 32 -r 2 -d 8192 -t 2
+ *     (synthetic), 5 alternating rounds: 55.4-70.9 t/s against 48.7-53.9,
+ *     median ratio 1.14.  Fewer runs at once, each longer: kvant-stream
+ *     reads fastest there with 2-4 streams per thread and no software
+ *     prefetch.
+ * kern_attn_flash_set_step overrides it (tests, benchmarks). */
+static _Atomic int g_step_nh, g_step_nt;
+void kern_attn_flash_set_step(int nh, int nt) {
+    CORE_ASSERT((nh == 0 && nt == 0) || (nh > 0 && nt > 0 && nh * nt <= FLASH_SLOTS));
+    atomic_store(&g_step_nh, nh);
+    atomic_store(&g_step_nt, nt);
+}
+static void decode_step(int *nh, int *nt) {
+    *nh = atomic_load(&g_step_nh), *nt = atomic_load(&g_step_nt);
+    if (*nh) return;
+    const bool wide = kern_active_tier() >= KERN_TIER_AVX512;
+    *nh = wide ? 4 : 2;
+    *nt = wide ? 1 : 4;
+}
+
 void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_kv_view *kv, float *out,
                      const kern_attn_dims *d) {
     CORE_ASSERT(d->T >= 0 && d->H > 0 && d->Hkv > 0 && d->H % d->Hkv == 0 && d->D > 0 && d->q_pos0 >= 0);
@@ -825,6 +870,7 @@ void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_
     j.in_place = kv->head_stride && (j.direct_k || j.f16_k) && (j.direct_v || j.f16_v) &&
                  kv->row_bytes == (size_t)d->D * (j.f16_k ? 2 : 4);
     j.pf_l2 = kern_prefetch_l2_amd512();
+    decode_step(&j.step_nh, &j.step_nt);
     j.n_qb = (d->T + j.L.Tq - 1) / j.L.Tq;
     j.n_units = j.n_qb * d->Hkv;
     j.chunk = d->split < 0 ? INT_MAX / 2 / j.L.tile * j.L.tile

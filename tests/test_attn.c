@@ -547,6 +547,71 @@ static void test_flash_rows_batch_invariant(void **state) {
             }
 }
 
+/* A decoding step over rows read in place (F16 / F32, head-major) takes
+ * several KV heads, each over several tiles, at once (range_heads); its
+ * shape is tuned per machine kind (kern_attn_flash_set_step), so no bit
+ * may depend on it: every shape gives the bits of the same rows in a
+ * prefill, which takes one head and one tile at a time (range_tile).  MHA,
+ * GQA and MQA, a D with a tail of 8, KV blocks of 16 and 5, the default
+ * tile and a small one (more tiles per chunk than a step takes), chunks
+ * that end inside a step, a query alone and a block of 3, 1-3 threads,
+ * each tier; and the step path did run (kern_attn_flash_split_calls). */
+static void test_flash_decode_step_shapes(void **state) {
+    (void)state;
+    const int shapes[][3] = {{16, 16, 64}, {16, 4, 64}, {8, 1, 64}, {12, 12, 40}}; /* H, Hkv, D */
+    const int steps[][2] = {{1, 1}, {4, 1}, {2, 4}, {1, 8}, {3, 2}, {8, 1}};      /* heads, tiles per head */
+    const int types[] = {KT_F16, KT_F32}, layouts[] = {HEADS16, HEADS5}, tiles_[] = {0, 24};
+    const int P = 300, rows[] = {0, 63, 64, 200, 297};
+    kern_tier tl[2];
+    const int nt = tiers(tl);
+    const int64_t calls0 = kern_attn_flash_split_calls();
+    int n_cases = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (size_t ty = 0; ty < 2; ty++) {
+            const int H = shapes[si][0], Hkv = shapes[si][1], D = shapes[si][2], E = Hkv * D;
+            const size_t per = (size_t)H * D, nq = (size_t)P * per;
+            float *q = malloc(sizeof(float) * nq), *K = malloc(sizeof(float) * P * E),
+                  *V = malloc(sizeof(float) * P * E), *full = malloc(sizeof(float) * nq),
+                  *part = malloc(sizeof(float) * 3 * per);
+            fill(q, nq); fill(K, (size_t)P * E); fill(V, (size_t)P * E);
+            for (size_t i = 0; i < nq; i++) q[i] *= 3.0f; /* peaked: the running max moves between tiles */
+            cache c;
+            cache_build(&c, types[ty], layouts[(si + ty) % 2], Hkv, D, P, K, V, NULL);
+            for (int ti = 0; ti < nt; ti++) {
+                assert_true(kern_set_tier(tl[ti]));
+                for (size_t ki = 0; ki < 2; ki++) {
+                    /* chunks of 96 or 128 positions: several per decode, so even MQA splits */
+                    const kern_attn_dims all = {.T = P, .H = H, .Hkv = Hkv, .D = D, .tile = tiles_[ki], .split = 96};
+                    kern_attn_flash_set_step(1, 1);
+                    run_flash(2, q, &c.v, full, &all);
+                    for (size_t st = 0; st < sizeof steps / sizeof *steps; st++) {
+                        kern_attn_flash_set_step(steps[st][0], steps[st][1]);
+                        for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
+                            const int t = rows[ri], n = 1 + (int)(ri % 2) * 2, threads = 1 + (int)((ri + st) % 3);
+                            const kern_attn_dims blk = {.T = n, .H = H, .Hkv = Hkv, .D = D, .q_pos0 = t,
+                                                        .tile = tiles_[ki], .split = 96};
+                            run_flash(threads, q + (size_t)t * per, &c.v, part, &blk);
+                            if (memcmp(part, full + (size_t)t * per, sizeof(float) * n * per))
+                                fail_msg("tier %s %s %s H=%d Hkv=%d D=%d tile=%d step %dx%d, %d threads: rows %d.. "
+                                         "(%d) decoded != in the prefill",
+                                         kern_tier_name(tl[ti]), kern_type_name(types[ty]),
+                                         layout_name[layouts[(si + ty) % 2]], H, Hkv, D, tiles_[ki], steps[st][0],
+                                         steps[st][1], threads, t, n);
+                            n_cases++;
+                        }
+                    }
+                }
+            }
+            kern_attn_flash_set_step(0, 0);
+            kern_set_tier(kern_best_tier());
+            cache_free(&c);
+            free(q); free(K); free(V); free(full); free(part);
+        }
+    const int64_t split_runs = kern_attn_flash_split_calls() - calls0;
+    print_message("%d decode cases, %lld took the split path\n", n_cases, (long long)split_runs);
+    assert_true(split_runs > n_cases / 2);
+}
+
 /* Flash-decoding: the context is cut in chunks of `split` positions, each
  * chunk's softmax computed alone and the chunks folded in order by
  * log-sum-exp; with few KV heads and several threads, one head's chunks
@@ -684,6 +749,7 @@ int main(void) {
         cmocka_unit_test(test_flash_avx512_equals_avx2),
         cmocka_unit_test(test_flash_split),
         cmocka_unit_test(test_flash_rows_batch_invariant),
+        cmocka_unit_test(test_flash_decode_step_shapes),
         cmocka_unit_test(test_flash_f16_in_place),
         cmocka_unit_test(test_view_read),
         cmocka_unit_test(test_naive_vs_attention_ref),
