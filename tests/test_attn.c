@@ -689,8 +689,10 @@ static void test_flash_split(void **state) {
      * chunks, and the decoding cache's rows read in place (F16 / F32,
      * head-major): with 8 KV heads and 2-8 threads, 200-700 positions in
      * chunks of 64-192 leave 2-4 groups of 2-4 heads; with 12 (stories110M's
-     * MHA) groups of 12, 6 or 4, which range_heads takes 4 heads at a time
-     * (4 + 2 for a group of 6) */
+     * MHA) groups of 12, 6 or 4, which range_heads takes as many heads at a
+     * time as the tier's step has (avx512: 4, so 4 + 2 for a group of 6;
+     * below: 2 heads of 4 tiles); test_flash_decode_step_shapes tries the
+     * other shapes */
     const int group_types[] = {KT_F16, KT_F32};
     for (size_t gi = 0; gi < 2; gi++)
         for (int P = 200; P <= 700; P += 500) {
