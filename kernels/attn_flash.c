@@ -749,9 +749,11 @@ static void split_item(const flash_job *j, float *sc, int i) {
     }
     const int a = c * j->chunk > j->ps ? c * j->chunk : j->ps, b = (c + 1) * j->chunk < j->pe ? (c + 1) * j->chunk : j->pe;
     const int first = kern_attn_first_pos(j->d, j->d->q_pos0);
-    /* heads per range_heads and tiles per head */
-    const int step = !j->in_place ? 0 : R <= FLASH_NH_ROWS ? j->step_nh : 1, nt = R <= FLASH_NH_ROWS ? j->step_nt : 1;
-    for (int p0 = a; p0 < b; p0 += (step ? nt : 1) * j->L.tile) {
+    /* heads per range_heads (0: range_tile) and tiles per head; the step's
+     * extra slots have room for FLASH_NH_ROWS rows */
+    const bool fits = R <= FLASH_NH_ROWS;
+    const int step = !j->in_place ? 0 : fits ? j->step_nh : 1, nt = step && fits ? j->step_nt : 1;
+    for (int p0 = a; p0 < b; p0 += nt * j->L.tile) {
         const int n = b - p0 < j->L.tile ? b - p0 : j->L.tile;
         if (!step) {
             for (int hk = hk0; hk < hk1; hk++) {
