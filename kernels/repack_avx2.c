@@ -50,7 +50,7 @@ AI void tile_q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w,
 #pragma GCC unroll 2
         for (int j = 0; j < 8; j++) {
             const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * j));
-            const __m256i u = _mm256_sign_epi8(q, q); /* |q|, exact as unsigned even for -128 */
+            const __m256i u = _mm256_abs_epi8(q); /* |q|, exact as unsigned even for -128 */
             for (int c = 0; c < C; c++) {
                 const __m256i p = _mm256_maddubs_epi16(u, _mm256_sign_epi8(bcast4(AQS(c, b) + 4 * j), q));
                 s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(p, ones));
@@ -129,7 +129,12 @@ PACK_ENTRY(tile_q5_1, tile_legacy(nb, CC, y, ldy, w, a, ba, ad, as, bn, L_Q5_1))
  * registers the block's activation broadcasts are loaded again for each
  * group (a load from L1) rather than held.  Each group's integer sums and
  * its fmaf chain are tile_q8's / tile_legacy's with C = 1, so the same
- * bits (the 16-bit partial sums of tile_legacy too). */
+ * bits (the 16-bit partial sums of tile_legacy too).  tile_q8 and dec_q8
+ * take |q| by vpabsb, not vpsignb(q, q) (the same bytes): on Zen 3 vpsignb
+ * competes with the multiplies for their pipes (repack_s24_tile.h).  Zen
+ * 3, an isolated loop of dec_q8 (4 groups of 64 blocks in L2, one thread,
+ * best of 25): 37.2 GB/s of its bytes against 36.0; kvant-kernels -t 1
+ * --types Q8_0, packed, from L3: 45.3 and 47.8 against 42.4 and 45.3. */
 AI void dec_q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs, const uint8_t *a, const float *ad) {
     __m256 acc[8];
     for (int n = 0; n < NG; n++) acc[n] = _mm256_setzero_ps();
@@ -142,7 +147,7 @@ AI void dec_q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs,
             __m256i s = _mm256_setzero_si256();
             for (int j = 0; j < 8; j++) {
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * j));
-                const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(bcast4(aq + 4 * j), q));
+                const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(bcast4(aq + 4 * j), q));
                 s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
             }
             q8_finish(1, w, &s, ad, 0, b, &acc[n]);

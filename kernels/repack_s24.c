@@ -24,7 +24,8 @@
  *                          4 (L % 2) + i / 4, kept value 8m + 4 (L / 2) + i % 4
  * so chunk j = 2m + h of the q field takes its positions from ix[m]
  * broadcast to both 128-bit lanes and shifted right by 4h (lane 0, rows
- * 0..3) and 4h + 2 (lane 1, rows 4..7): one vpsrlvq, then & 3 per byte.
+ * 0..3) and 4h + 2 (lane 1, rows 4..7), & 3 per byte (the tiles do both
+ * chunks of ix[m] with one vpsrlvq: repack_s24_tile.h s24_idx).
  * Kept value k meets the activation at 4 (k / 2) + its position (group k /
  * 2, as in the file), which for chunk 2m + h lies in the 16-byte window of
  * activations 16m .. 16m+15, at 8h + 4 ((k % 4) / 2) + position.

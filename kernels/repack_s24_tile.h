@@ -5,8 +5,9 @@
  *
  * S24_Q8:
  * Per chunk j = 2m + h (4 kept values of the 8 rows, one 256-bit load):
- *   index: ix[m] broadcast to both lanes, >> (4h, 4h + 2) per lane
- *          (vpsrlvq), & 3, | the window offset 8h + 4 ((k % 4) / 2);
+ *   index: ix[m] broadcast to both lanes, >> (0, 2) per lane (vpsrlvq)
+ *          and & 0x33 for both chunks of m; chunk 2m + 1's bits shifted
+ *          down by 4; | the window offset 8h + 4 ((k % 4) / 2) (s24_idx);
  *   gather: one vpshufb of the 16-byte activation window m (activations
  *          16m .. 16m+15, broadcast to both lanes) gives, per row, the 4
  *          activations its kept values meet;
@@ -17,6 +18,17 @@
  *          difference is the exact sum.
  * Each half block's int32 sums (chunks 0-3, 4-7) are scaled by d_w * d_a(h)
  * into one fmaf chain per output: bit-identical to kern_pack_s24_tile_ref.
+ * |q| is vpabsb, not vpsignb(q, q) (the same bytes, -128 included): on
+ * Zen 3 (AMD EPYC family 25 model 1) vpsignb competes with the multiplies
+ * for their pipes.  That and s24_idx, measured on Zen 3 in an isolated
+ * loop of dec_s24q8 (4 groups of 32 blocks in L2, one thread, best of 25,
+ * prefetches as here): 30.3 TSC cycles per group and block before, 28.6
+ * with s24_idx, 28.3 with both (28.8 / 25.4 / 22.9 without the
+ * prefetches).  Decode from memory is unchanged within the noise: the
+ * synthetic 2:4 tinyllama-1.1b tg32, 2 threads, 12 alternating rounds,
+ * median 41.73 t/s against 41.37 (bench/sparse24_tiers.md).  The avx512
+ * tier's VNNI form takes s24_idx too (fewer operations; not measured on
+ * an AVX-512 machine).
  *
  * Decode: runs of several groups go through dec_s24q8 / dec_s24_f16
  * below; a group decoded alone is one contiguous stream, which both tiles
@@ -40,18 +52,29 @@ AI __m256i s24_dot(__m256i s, __m256i g, __m256i q) {
 #if S24_VNNI
     return dpbusd(s, g, q);
 #else
-    const __m256i u = _mm256_sign_epi8(q, q); /* |q|, exact as unsigned even for -128 */
+    const __m256i u = _mm256_abs_epi8(q); /* |q|, exact as unsigned even for -128 (see below: not vpsignb) */
     return _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(g, q)), _mm256_set1_epi16(1)));
 #endif
+}
+
+/* the vpshufb indices of chunks 2m (*i0) and 2m + 1 (*i1) from ix[m]
+ * broadcast to both lanes (ixm): one shift per lane (lane 0 by 0, lane 1
+ * by 2) and & 0x33 leave chunk 2m's positions in bits 0-1 of each byte and
+ * chunk 2m + 1's in bits 4-5.  vpshufb reads only bits 0-3 and 7 of an
+ * index, so chunk 2m's is that | its window offsets, and chunk 2m + 1's the
+ * same after a 16-bit shift right by 4 (a byte's bits 6-7 take the next
+ * byte's bits 2-3, which the mask cleared).  Five operations for the two
+ * chunks, where a shift, a mask and an or each took six. */
+AI void s24_idx(__m256i ixm, __m256i *i0, __m256i *i1) {
+    const __m256i t = _mm256_and_si256(_mm256_srlv_epi64(ixm, _mm256_setr_epi64x(0, 0, 2, 2)), _mm256_set1_epi8(0x33));
+    *i0 = _mm256_or_si256(t, _mm256_set1_epi32(0x04040000));
+    *i1 = _mm256_or_si256(_mm256_srli_epi16(t, 4), _mm256_set1_epi32(0x0c0c0808));
 }
 
 AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba) {
     /* offsets of the 16-byte activation windows m = 0..3 in an S24_A8 block (x[0..16), y[0..16), x[16..32), y[16..32)) */
     static const size_t WIN[4] = {offsetof(block_s24_a8, x), offsetof(block_s24_a8, y), offsetof(block_s24_a8, x) + 16,
                                   offsetof(block_s24_a8, y) + 16};
-    const __m256i three = _mm256_set1_epi8(3);
-    const __m256i base0 = _mm256_set1_epi32(0x04040000), base1 = _mm256_set1_epi32(0x0c0c0808);
-    const __m256i sh0 = _mm256_setr_epi64x(0, 0, 2, 2), sh1 = _mm256_setr_epi64x(4, 4, 6, 6);
 #if S24_VNNI
     const __m256i x80 = _mm256_set1_epi8((char)0x80);
 #endif
@@ -77,9 +100,10 @@ AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t 
                     win[c] = _mm256_xor_si256(win[c], x80); /* a + 128 as unsigned; vpshufb moves bytes as they are */
 #endif
                 }
+                __m256i ix[2];
+                s24_idx(ixm, &ix[0], &ix[1]);
                 for (int h = 0; h < 2; h++) {
-                    const __m256i idx = _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi64(ixm, h ? sh1 : sh0), three),
-                                                        h ? base1 : base0);
+                    const __m256i idx = ix[h];
                     const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * (2 * m + h)));
 #if S24_VNNI
                     corr = dpbusd(corr, x80, q);
@@ -116,9 +140,6 @@ PACK_ENTRY(tile_s24_q8, tile_s24q8(nb, CC, y, ldy, w, a, ba))
 AI void dec_s24q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs, const uint8_t *a) {
     static const size_t WIN[4] = {offsetof(block_s24_a8, x), offsetof(block_s24_a8, y), offsetof(block_s24_a8, x) + 16,
                                   offsetof(block_s24_a8, y) + 16};
-    const __m256i three = _mm256_set1_epi8(3);
-    const __m256i base0 = _mm256_set1_epi32(0x04040000), base1 = _mm256_set1_epi32(0x0c0c0808);
-    const __m256i sh0 = _mm256_setr_epi64x(0, 0, 2, 2), sh1 = _mm256_setr_epi64x(4, 4, 6, 6);
 #if S24_VNNI
     const __m256i x80 = _mm256_set1_epi8((char)0x80);
 #endif
@@ -146,9 +167,10 @@ AI void dec_s24q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t 
 #endif
                 for (int m = 2 * hh; m < 2 * hh + 2; m++) {
                     const __m256i ixm = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + 272 + 16 * m)));
+                    __m256i ix[2];
+                    s24_idx(ixm, &ix[0], &ix[1]);
                     for (int h = 0; h < 2; h++) {
-                        const __m256i idx = _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi64(ixm, h ? sh1 : sh0), three),
-                                                            h ? base1 : base0);
+                        const __m256i idx = ix[h];
                         const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * (2 * m + h)));
 #if S24_VNNI
                         corr = dpbusd(corr, x80, q);
