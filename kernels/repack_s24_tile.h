@@ -52,23 +52,24 @@ AI __m256i s24_dot(__m256i s, __m256i g, __m256i q) {
 #if S24_VNNI
     return dpbusd(s, g, q);
 #else
-    const __m256i u = _mm256_abs_epi8(q); /* |q|, exact as unsigned even for -128 (see below: not vpsignb) */
+    const __m256i u = _mm256_abs_epi8(q); /* |q|, exact as unsigned even for -128 (not vpsignb: see above) */
     return _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(g, q)), _mm256_set1_epi16(1)));
 #endif
 }
 
-/* the vpshufb indices of chunks 2m (*i0) and 2m + 1 (*i1) from ix[m]
- * broadcast to both lanes (ixm): one shift per lane (lane 0 by 0, lane 1
- * by 2) and & 0x33 leave chunk 2m's positions in bits 0-1 of each byte and
- * chunk 2m + 1's in bits 4-5.  vpshufb reads only bits 0-3 and 7 of an
+/* the vpshufb indices ix[0], ix[1] of chunks 2m and 2m + 1 of packed block
+ * w: its ix[m] broadcast to both lanes, one shift per lane (lane 0 by 0,
+ * lane 1 by 2) and & 0x33 leave chunk 2m's positions in bits 0-1 of each
+ * byte and chunk 2m + 1's in bits 4-5.  vpshufb reads only bits 0-3 and 7 of an
  * index, so chunk 2m's is that | its window offsets, and chunk 2m + 1's the
  * same after a 16-bit shift right by 4 (a byte's bits 6-7 take the next
  * byte's bits 2-3, which the mask cleared).  Five operations for the two
  * chunks, where a shift, a mask and an or each took six. */
-AI void s24_idx(__m256i ixm, __m256i *i0, __m256i *i1) {
+AI void s24_idx(const uint8_t *w, int m, __m256i ix[2]) {
+    const __m256i ixm = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + 272 + 16 * m)));
     const __m256i t = _mm256_and_si256(_mm256_srlv_epi64(ixm, _mm256_setr_epi64x(0, 0, 2, 2)), _mm256_set1_epi8(0x33));
-    *i0 = _mm256_or_si256(t, _mm256_set1_epi32(0x04040000));
-    *i1 = _mm256_or_si256(_mm256_srli_epi16(t, 4), _mm256_set1_epi32(0x0c0c0808));
+    ix[0] = _mm256_or_si256(t, _mm256_set1_epi32(0x04040000));
+    ix[1] = _mm256_or_si256(_mm256_srli_epi16(t, 4), _mm256_set1_epi32(0x0c0c0808));
 }
 
 AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w, const uint8_t *a, size_t ba) {
@@ -91,7 +92,6 @@ AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t 
             __m256i corr = _mm256_setzero_si256();
 #endif
             for (int m = 2 * hh; m < 2 * hh + 2; m++) {
-                const __m256i ixm = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + 272 + 16 * m)));
                 __m256i win[4];
                 for (int c = 0; c < C; c++) {
                     win[c] = _mm256_broadcastsi128_si256(
@@ -101,14 +101,13 @@ AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t 
 #endif
                 }
                 __m256i ix[2];
-                s24_idx(ixm, &ix[0], &ix[1]);
+                s24_idx(w, m, ix);
                 for (int h = 0; h < 2; h++) {
-                    const __m256i idx = ix[h];
                     const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * (2 * m + h)));
 #if S24_VNNI
                     corr = dpbusd(corr, x80, q);
 #endif
-                    for (int c = 0; c < C; c++) s[c] = s24_dot(s[c], _mm256_shuffle_epi8(win[c], idx), q);
+                    for (int c = 0; c < C; c++) s[c] = s24_dot(s[c], _mm256_shuffle_epi8(win[c], ix[h]), q);
                 }
             }
             for (int c = 0; c < C; c++) {
@@ -166,16 +165,14 @@ AI void dec_s24q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t 
                 __m256i corr = _mm256_setzero_si256();
 #endif
                 for (int m = 2 * hh; m < 2 * hh + 2; m++) {
-                    const __m256i ixm = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + 272 + 16 * m)));
                     __m256i ix[2];
-                    s24_idx(ixm, &ix[0], &ix[1]);
+                    s24_idx(w, m, ix);
                     for (int h = 0; h < 2; h++) {
-                        const __m256i idx = ix[h];
                         const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * (2 * m + h)));
 #if S24_VNNI
                         corr = dpbusd(corr, x80, q);
 #endif
-                        s = s24_dot(s, _mm256_shuffle_epi8(win[m], idx), q);
+                        s = s24_dot(s, _mm256_shuffle_epi8(win[m], ix[h]), q);
                     }
                 }
 #if S24_VNNI
