@@ -14,9 +14,12 @@ tokens/s of each (mean +- sd), the ratio kvant / llama.cpp, and the decode
 roofline = read bandwidth / bytes read per token (all weights except the
 token embedding, of which one row is read, unless the output is tied to it;
 for experts, the share the router picks).  The bandwidth is measured with
-build/kvant-stream right before and right after each decode row (the mean
-of the two is that row's roofline): on a shared machine it moves by 2x
-within minutes, so one reading for the whole run misstates most rows.  The
+build/kvant-stream right before and right after each decode row, and the
+higher of the two is that row's roofline: on a shared machine it moves by
+2x within minutes, so one reading for the whole run misstates most rows,
+and the ceiling is what the machine could deliver during the row (the mean
+let one slow reading pull it under the decode: a Zen 3 Q4_0 row read 104%
+with the meter at 32.3 GB/s after it and 45.6 two rows earlier).  The
 meter reads a buffer of the row's bytes per token (kvant-stream -m, at
 least 16 MiB; at most its default, 4x the L3): a model that fits in the
 last-level cache is read from it token after token, so memory's bandwidth
@@ -132,7 +135,7 @@ for m in ARGS.models:
             bw0 = bandwidth(wbytes + kvb) if test == "tg" else 0
             ks = [run_kvant(km, test, depth, t) for t in TIERS]
             ls = [run_llama(lm, test, depth, fa) for fa in FAS]
-            bw = (bw0 + bandwidth(wbytes + kvb)) / 2 if test == "tg" else 0
+            bw = max(bw0, bandwidth(wbytes + kvb)) if test == "tg" else 0  # the higher reading: the ceiling
             name = f"{test}{ARGS.p if test == 'pp' else ARGS.n}" + (f" @ d{depth}" if depth else "")
             roof = bw * 1e9 / (wbytes + kvb) if test == "tg" and wbytes else 0
             lroof = bw * 1e9 / (lbytes + kvb) if test == "tg" and lbytes else 0
