@@ -251,6 +251,15 @@ void kern_matmul_packed_w8a8_tile(kern_pack_w8a8_tile_fn tile, const void *P, co
  * layouts and specs), reached through the entry points above: S24_A8 activations
  * (S24_Q8) or F32 ones (S24_F16), the tiles' kern_pack_tile_fn (ad, as unused: the
  * scales are in the S24_A8 blocks) */
+/* the packed blocks' sizes and field offsets in bytes (the layouts:
+ * kernels/repack_s24.c), named once for the packer and the tiles */
+enum {
+    KERN_S24X8_BYTES = 336,
+    KERN_S24X8_Q_AT = 16,
+    KERN_S24X8_IX_AT = 272,
+    KERN_S24F16X8_BYTES = 288,
+    KERN_S24F16X8_IX_AT = 256,
+};
 void kern_pack_s24(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1);
 void kern_unpack_s24_row(const void *P, int64_t K, int64_t n, void *row);
 /* position (0..3) of row r's kept value k (0..31) in packed block w */

@@ -48,10 +48,10 @@
 #include "kernels/repack.h"
 #include "kernels/sparse24.h"
 
-enum { XB = 336, Q_AT = 16, IX_AT = 272 };
-
 /* byte and shift of row r's kept value k (0..31) in the ix field */
-static size_t ix_byte(int r, int k) { return IX_AT + 16 * (size_t)(k / 8) + 4 * (size_t)(r % 4) + (size_t)(k % 4); }
+static size_t ix_byte(int r, int k) {
+    return KERN_S24X8_IX_AT + 16 * (size_t)(k / 8) + 4 * (size_t)(r % 4) + (size_t)(k % 4);
+}
 static int ix_shift(int r, int k) { return 2 * (2 * ((k % 8) / 4) + r / 4); }
 
 int kern_s24x8_pos(const uint8_t *w, int r, int k) { return (w[ix_byte(r, k)] >> ix_shift(r, k)) & 3; }
@@ -75,22 +75,22 @@ static void pack_groups(const void *W, int64_t N, int64_t nb, size_t sb, size_t 
 static void q8_row(uint8_t *o, int r, const void *src) {
     const block_s24_q8 *s = src;
     memcpy(o + 2 * r, &s->d, 2);
-    for (int j = 0; j < 8; j++) memcpy(o + Q_AT + 32 * j + 4 * r, s->q + 4 * j, 4);
+    for (int j = 0; j < 8; j++) memcpy(o + KERN_S24X8_Q_AT + 32 * j + 4 * r, s->q + 4 * j, 4);
     for (int k = 0; k < QK_S24_Q8 / 2; k++) o[ix_byte(r, k)] |= (uint8_t)(kern_s24q8_pos(s, k) << ix_shift(r, k));
 }
 
 void kern_pack_s24(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1) {
-    pack_groups(W, N, K / QK_S24_Q8, sizeof(block_s24_q8), XB, dst, g0, g1, q8_row);
+    pack_groups(W, N, K / QK_S24_Q8, sizeof(block_s24_q8), KERN_S24X8_BYTES, dst, g0, g1, q8_row);
 }
 
 void kern_unpack_s24_row(const void *P, int64_t K, int64_t n, void *row) {
     const int64_t nb = K / QK_S24_Q8;
     const int r = (int)(n % KERN_PACK_ROWS);
-    const uint8_t *o = (const uint8_t *)P + (size_t)(n / KERN_PACK_ROWS) * (size_t)nb * XB;
-    for (int64_t b = 0; b < nb; b++, o += XB) {
+    const uint8_t *o = (const uint8_t *)P + (size_t)(n / KERN_PACK_ROWS) * (size_t)nb * KERN_S24X8_BYTES;
+    for (int64_t b = 0; b < nb; b++, o += KERN_S24X8_BYTES) {
         block_s24_q8 *s = (block_s24_q8 *)row + b;
         memcpy(&s->d, o + 2 * r, 2);
-        for (int j = 0; j < 8; j++) memcpy(s->q + 4 * j, o + Q_AT + 32 * j + 4 * r, 4);
+        for (int j = 0; j < 8; j++) memcpy(s->q + 4 * j, o + KERN_S24X8_Q_AT + 32 * j + 4 * r, 4);
         memset(s->idx, 0, sizeof s->idx);
         for (int k = 0; k < QK_S24_Q8 / 2; k++) { /* kernels/sparse24.h: position of k at bit 8(k%4) + 2((k/4)%4) of word k/16 */
             const int bit = 8 * (k % 4) + 2 * ((k / 4) % 4);
@@ -107,14 +107,14 @@ void kern_pack_s24_tile_ref(int64_t nb, int C, float *y, size_t ldy, const uint8
             const block_s24_a8 *ab = (const block_s24_a8 *)(a + (size_t)c * ba);
             float acc = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *wb = w + (size_t)b * XB;
+                const uint8_t *wb = w + (size_t)b * KERN_S24X8_BYTES;
                 kern_half dh;
                 memcpy(&dh, wb + 2 * r, 2);
                 const float dw = kern_fp16_to_fp32(dh);
                 for (int h = 0; h < 2; h++) {
                     int32_t i = 0;
                     for (int k = 16 * h; k < 16 * h + 16; k++)
-                        i += (int8_t)wb[Q_AT + 32 * (k / 4) + 4 * r + k % 4] *
+                        i += (int8_t)wb[KERN_S24X8_Q_AT + 32 * (k / 4) + 4 * r + k % 4] *
                              kern_s24a8_at(&ab[b], 4 * (k / 2) + kern_s24x8_pos(wb, r, k));
                     acc = fmaf((float)i, dw * ab[b].d[4 * h], acc);
                 }
@@ -153,8 +153,6 @@ void kern_pack_s24_tile_ref(int64_t nb, int C, float *y, size_t ldy, const uint8
  * Eight chains, so a decode tile keeps FMAs in flight for one row group.
  * Versus the row-major _ref dot (one sum in slot order, products rounded)
  * only the float summation differs (tests/test_repack.c bounds it). */
-enum { XBF = 288, IXF_AT = 256 };
-
 /* the file's slot (0..15 of its block) of kept value k (natural order) */
 static int f16_slot(int k) {
     static const int sbase[4] = {0, 4, 2, 6}; /* inverse of kern_s24f16_grp's pairs */
@@ -164,7 +162,7 @@ static int f16_slot(int k) {
 
 int kern_s24f16x8_pos(const uint8_t *w, int r, int k) {
     uint32_t word;
-    memcpy(&word, w + IXF_AT + 4 * (size_t)(k / 2), 4);
+    memcpy(&word, w + KERN_S24F16X8_IX_AT + 4 * (size_t)(k / 2), 4);
     return (int)(word >> (2 * (r + 8 * (k % 2)))) & 3;
 }
 
@@ -174,21 +172,21 @@ static void f16_row(uint8_t *o, int r, const void *src) {
         const int sl = f16_slot(k);
         uint32_t word;
         memcpy(o + 2 * (KERN_PACK_ROWS * (size_t)k + (size_t)r), &s->v[sl], 2);
-        memcpy(&word, o + IXF_AT + 4 * (size_t)(k / 2), 4);
+        memcpy(&word, o + KERN_S24F16X8_IX_AT + 4 * (size_t)(k / 2), 4);
         word |= ((s->idx >> (2 * sl)) & 3u) << (2 * (r + 8 * (k % 2)));
-        memcpy(o + IXF_AT + 4 * (size_t)(k / 2), &word, 4);
+        memcpy(o + KERN_S24F16X8_IX_AT + 4 * (size_t)(k / 2), &word, 4);
     }
 }
 
 void kern_pack_s24f16(const void *W, int64_t N, int64_t K, void *dst, int64_t g0, int64_t g1) {
-    pack_groups(W, N, K / QK_S24_F16, sizeof(block_s24_f16), XBF, dst, g0, g1, f16_row);
+    pack_groups(W, N, K / QK_S24_F16, sizeof(block_s24_f16), KERN_S24F16X8_BYTES, dst, g0, g1, f16_row);
 }
 
 void kern_unpack_s24f16_row(const void *P, int64_t K, int64_t n, void *row) {
     const int64_t nb = K / QK_S24_F16;
     const int r = (int)(n % KERN_PACK_ROWS);
-    const uint8_t *o = (const uint8_t *)P + (size_t)(n / KERN_PACK_ROWS) * (size_t)nb * XBF;
-    for (int64_t b = 0; b < nb; b++, o += XBF) {
+    const uint8_t *o = (const uint8_t *)P + (size_t)(n / KERN_PACK_ROWS) * (size_t)nb * KERN_S24F16X8_BYTES;
+    for (int64_t b = 0; b < nb; b++, o += KERN_S24F16X8_BYTES) {
         block_s24_f16 *s = (block_s24_f16 *)row + b;
         s->idx = 0;
         for (int k = 0; k < QK_S24_F16 / 2; k++) {
@@ -207,7 +205,7 @@ void kern_pack_s24f16_tile_ref(int64_t nb, int C, float *y, size_t ldy, const ui
             const float *ac = (const float *)(a + (size_t)c * ba);
             float A[4][2] = {{0}};
             for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *wb = w + (size_t)b * XBF;
+                const uint8_t *wb = w + (size_t)b * KERN_S24F16X8_BYTES;
                 for (int g = 0; g < 8; g++) {
                     const int64_t i = 8 * b + g;
                     for (int e = 0; e < 2; e++) {

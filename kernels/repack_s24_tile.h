@@ -66,7 +66,7 @@ AI __m256i s24_dot(__m256i s, __m256i g, __m256i q) {
  * byte's bits 2-3, which the mask cleared).  Five operations for the two
  * chunks, where a shift, a mask and an or each took six. */
 AI void s24_idx(const uint8_t *w, int m, __m256i ix[2]) {
-    const __m256i ixm = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + 272 + 16 * m)));
+    const __m256i ixm = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(w + KERN_S24X8_IX_AT + 16 * m)));
     const __m256i t = _mm256_and_si256(_mm256_srlv_epi64(ixm, _mm256_setr_epi64x(0, 0, 2, 2)), _mm256_set1_epi8(0x33));
     ix[0] = _mm256_or_si256(t, _mm256_set1_epi32(0x04040000));
     ix[1] = _mm256_or_si256(_mm256_srli_epi16(t, 4), _mm256_set1_epi32(0x0c0c0808));
@@ -82,8 +82,8 @@ AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t 
     const bool far_l2 = kern_prefetch_l2();
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, w += 336) {
-        prefetch_block_far(w, 336, C, far_l2);
+    for (int64_t b = 0; b < nb; b++, w += KERN_S24X8_BYTES) {
+        prefetch_block_far(w, KERN_S24X8_BYTES, C, far_l2);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
         for (int hh = 0; hh < 2; hh++) {
             __m256i s[4];
@@ -103,7 +103,7 @@ AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t 
                 __m256i ix[2];
                 s24_idx(w, m, ix);
                 for (int h = 0; h < 2; h++) {
-                    const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * (2 * m + h)));
+                    const __m256i q = _mm256_loadu_si256((const __m256i *)(w + KERN_S24X8_Q_AT + 32 * (2 * m + h)));
 #if S24_VNNI
                     corr = dpbusd(corr, x80, q);
 #endif
@@ -156,8 +156,8 @@ AI void dec_s24q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t 
         float da[2];
         for (int hh = 0; hh < 2; hh++) memcpy(&da[hh], ab + offsetof(block_s24_a8, d) + 4 * sizeof(float) * (size_t)hh, 4);
         for (int n = 0; n < NG; n++) {
-            const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * 336;
-            prefetch_dec(w, (size_t)b * 336, 336, 1024, gs, NG);
+            const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * KERN_S24X8_BYTES;
+            prefetch_dec(w, (size_t)b * KERN_S24X8_BYTES, KERN_S24X8_BYTES, 1024, gs, NG);
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
             for (int hh = 0; hh < 2; hh++) {
                 __m256i s = _mm256_setzero_si256();
@@ -168,7 +168,7 @@ AI void dec_s24q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t 
                     __m256i ix[2];
                     s24_idx(w, m, ix);
                     for (int h = 0; h < 2; h++) {
-                        const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * (2 * m + h)));
+                        const __m256i q = _mm256_loadu_si256((const __m256i *)(w + KERN_S24X8_Q_AT + 32 * (2 * m + h)));
 #if S24_VNNI
                         corr = dpbusd(corr, x80, q);
 #endif
@@ -212,12 +212,12 @@ AI void dec_s24q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t 
  * 21.5-30.8. */
 enum { S24_DEC_NG = 4, S24_CH = 4, S24_ZCH = 2, S24_PF = 4096 };
 
-/* block b of a group (288 bytes), its lines asked for: a decode run's
+/* block b of a group (KERN_S24F16X8_BYTES), its lines asked for: a decode run's
  * stream (prefetch_dec), or one group's (prefetch_block_far) */
 AI const uint8_t *s24f16_block(const uint8_t *w0, int64_t b, size_t gs, const int NG, const int C, const bool far_l2) {
-    const uint8_t *w = w0 + (size_t)b * 288;
-    if (NG > 1) prefetch_dec(w, (size_t)b * 288, 288, S24_PF, gs, NG);
-    else prefetch_block_far(w, 288, C, far_l2);
+    const uint8_t *w = w0 + (size_t)b * KERN_S24F16X8_BYTES;
+    if (NG > 1) prefetch_dec(w, (size_t)b * KERN_S24F16X8_BYTES, KERN_S24F16X8_BYTES, S24_PF, gs, NG);
+    else prefetch_block_far(w, KERN_S24F16X8_BYTES, C, far_l2);
     return w;
 }
 
@@ -231,7 +231,7 @@ AI void s24f16_blocks(__m256 A[4][2], int64_t b0, int64_t b1, const uint8_t *w0,
         for (int g = 0; g < 8; g++) {
             const __m256 win = _mm256_broadcast_ps((const __m128 *)(ab + 4 * g));
             int32_t word;
-            memcpy(&word, w + 256 + 4 * g, 4);
+            memcpy(&word, w + KERN_S24F16X8_IX_AT + 4 * g, 4);
             const __m256i m = _mm256_set1_epi32(word);
             for (int e = 0; e < 2; e++) {
                 const __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16 * (2 * g + e))));
@@ -326,7 +326,7 @@ AI void s24f16_zmm_blocks(__m512 A[4], int64_t b0, int64_t b1, const uint8_t *w0
         for (int g = 0; g < 8; g++) {
             const __m512 win = _mm512_broadcast_f32x4(_mm_loadu_ps(ab + 4 * g));
             int32_t word;
-            memcpy(&word, w + 256 + 4 * g, 4);
+            memcpy(&word, w + KERN_S24F16X8_IX_AT + 4 * g, 4);
             const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 32 * g)));
             const __m512 av = _mm512_permutevar_ps(win, _mm512_srlv_epi32(_mm512_set1_epi32(word), sh));
             A[g % 4] = _mm512_fmadd_ps(wv, av, A[g % 4]);
