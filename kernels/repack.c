@@ -148,8 +148,8 @@ static const pack_desc DESCS[] = {
     {KT_Q6_K, KT_Q8_K, QK_K, 1680, 0, 4,
      {{208, 2, 2, 0}, {192, 16, 1, 16}, {0, 128, 4, 144}, {128, 64, 4, 1168}}, NULL, NULL},
     /* 2:4 sparse: its layout is not chunked fields (kernels/repack_s24.c packs it) */
-    {KT_S24_Q8, KT_S24_A8, QK_S24_Q8, 336, 0, 0, {{0, 0, 0, 0}}, NULL, NULL, &OWN_S24_Q8},
-    {KT_S24_F16, KT_F32, QK_S24_F16, 288, 0, 0, {{0, 0, 0, 0}}, NULL, NULL, &OWN_S24_F16}, /* F32 activations as they are */
+    {KT_S24_Q8, KT_S24_A8, QK_S24_Q8, KERN_S24X8_BYTES, 0, 0, {{0, 0, 0, 0}}, NULL, NULL, &OWN_S24_Q8},
+    {KT_S24_F16, KT_F32, QK_S24_F16, KERN_S24F16X8_BYTES, 0, 0, {{0, 0, 0, 0}}, NULL, NULL, &OWN_S24_F16}, /* F32 activations as they are */
 };
 static_assert(offsetof(block_q2_K, qs) == 16 && offsetof(block_q2_K, d) == 80 && offsetof(block_q2_K, dmin) == 82,
               "block_q2_K layout");

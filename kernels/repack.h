@@ -252,7 +252,8 @@ void kern_matmul_packed_w8a8_tile(kern_pack_w8a8_tile_fn tile, const void *P, co
  * (S24_Q8) or F32 ones (S24_F16), the tiles' kern_pack_tile_fn (ad, as unused: the
  * scales are in the S24_A8 blocks) */
 /* the packed blocks' sizes and field offsets in bytes (the layouts:
- * kernels/repack_s24.c), named once for the packer and the tiles */
+ * kernels/repack_s24.c, which checks them), named once for the packer, the
+ * type table (repack.c) and the tiles */
 enum {
     KERN_S24X8_BYTES = 336,
     KERN_S24X8_Q_AT = 16,

@@ -48,6 +48,14 @@
 #include "kernels/repack.h"
 #include "kernels/sparse24.h"
 
+/* the names of kernels/repack.h against the layouts above */
+static_assert(KERN_S24X8_BYTES == KERN_PACK_ROWS * sizeof(block_s24_q8) && KERN_S24X8_Q_AT == KERN_PACK_ROWS * 2 &&
+                  KERN_S24X8_IX_AT == KERN_S24X8_Q_AT + KERN_PACK_ROWS * QK_S24_Q8 / 2,
+              "S24_Q8x8 layout");
+static_assert(KERN_S24F16X8_BYTES == KERN_PACK_ROWS * sizeof(block_s24_f16) &&
+                  KERN_S24F16X8_IX_AT == KERN_PACK_ROWS * 2 * QK_S24_F16 / 2,
+              "S24_F16x8 layout");
+
 /* byte and shift of row r's kept value k (0..31) in the ix field */
 static size_t ix_byte(int r, int k) {
     return KERN_S24X8_IX_AT + 16 * (size_t)(k / 8) + 4 * (size_t)(r % 4) + (size_t)(k % 4);
