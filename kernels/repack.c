@@ -131,26 +131,73 @@ static_assert(offsetof(block_q4_1, qs) == 4 && offsetof(block_q5_0, qh) == 2 && 
               "block_q4_1 / q5_0 / q5_1 layout");
 
 static const pack_desc DESCS[] = {
-    {KT_Q8_0, KT_Q8_0, 32, 272, 0, 2, {{0, 2, 2, 0}, {2, 32, 4, 16}}, NULL, NULL},
-    {KT_Q4_0, KT_Q8_0, 32, 144, 1, 2, {{0, 2, 2, 0}, {2, 16, 4, 16}}, NULL, NULL},
-    {KT_Q4_1, KT_Q8_1, 32, 160, 1, 3, {{0, 2, 2, 0}, {2, 2, 2, 16}, {4, 16, 4, 32}}, NULL, NULL},
-    {KT_Q5_0, KT_Q8_0, 32, 176, 1, 3, {{0, 2, 2, 0}, {2, 4, 4, 16}, {6, 16, 4, 48}}, q5_canon, q5_uncanon},
-    {KT_Q5_1, KT_Q8_1, 32, 192, 1, 4, {{0, 2, 2, 0}, {2, 2, 2, 16}, {4, 4, 4, 32}, {8, 16, 4, 64}}, q5_canon,
-     q5_uncanon},
-    {KT_Q4_K, KT_Q8_K, QK_K, 1184, 4, 5,
-     {{0, 2, 2, 0}, {2, 2, 2, 16}, {4, 8, 1, 32}, {12, 8, 2, 96}, {20, 128, 4, 160}}, k45_canon, k45_uncanon},
-    {KT_Q5_K, KT_Q8_K, QK_K, 1440, 4, 6,
-     {{0, 2, 2, 0}, {2, 2, 2, 16}, {4, 8, 1, 32}, {12, 8, 2, 96}, {20, 32, 4, 160}, {52, 128, 4, 416}}, k45_canon,
-     k45_uncanon},
-    {KT_Q2_K, KT_Q8_K, QK_K, 672, 0, 4, {{80, 2, 2, 0}, {82, 2, 2, 16}, {0, 16, 1, 32}, {16, 64, 4, 160}}, NULL, NULL},
-    {KT_Q3_K, KT_Q8_K, QK_K, 912, 0, 4, {{0, 2, 2, 0}, {2, 16, 1, 16}, {50, 64, 4, 144}, {18, 32, 4, 656}}, k3_canon,
-     k3_uncanon},
-    {KT_Q6_K, KT_Q8_K, QK_K, 1680, 0, 4,
-     {{208, 2, 2, 0}, {192, 16, 1, 16}, {0, 128, 4, 144}, {128, 64, 4, 1168}}, NULL, NULL},
+    {KT_Q8_0, KT_Q8_0, 32, KERN_Q8_0X8_BYTES, 0, 2, {{0, 2, 2, 0}, {2, 32, 4, KERN_Q8_0X8_QS_AT}}, NULL, NULL},
+    {KT_Q4_0, KT_Q8_0, 32, KERN_Q4_0X8_BYTES, 1, 2, {{0, 2, 2, 0}, {2, 16, 4, KERN_Q4_0X8_QS_AT}}, NULL, NULL},
+    {KT_Q4_1, KT_Q8_1, 32, KERN_Q4_1X8_BYTES, 1, 3,
+     {{0, 2, 2, 0}, {2, 2, 2, KERN_Q4_1X8_M_AT}, {4, 16, 4, KERN_Q4_1X8_QS_AT}}, NULL, NULL},
+    {KT_Q5_0, KT_Q8_0, 32, KERN_Q5_0X8_BYTES, 1, 3,
+     {{0, 2, 2, 0}, {2, 4, 4, KERN_Q5_0X8_QH_AT}, {6, 16, 4, KERN_Q5_0X8_QS_AT}}, q5_canon, q5_uncanon},
+    {KT_Q5_1, KT_Q8_1, 32, KERN_Q5_1X8_BYTES, 1, 4,
+     {{0, 2, 2, 0}, {2, 2, 2, KERN_Q5_1X8_M_AT}, {4, 4, 4, KERN_Q5_1X8_QH_AT}, {8, 16, 4, KERN_Q5_1X8_QS_AT}},
+     q5_canon, q5_uncanon},
+    {KT_Q4_K, KT_Q8_K, QK_K, KERN_Q4_KX8_BYTES, 4, 5,
+     {{0, 2, 2, 0}, {2, 2, 2, KERN_Q4_KX8_DMIN_AT}, {4, 8, 1, KERN_Q4_KX8_SC_AT}, {12, 8, 2, KERN_Q4_KX8_M_AT},
+      {20, 128, 4, KERN_Q4_KX8_QS_AT}},
+     k45_canon, k45_uncanon},
+    {KT_Q5_K, KT_Q8_K, QK_K, KERN_Q5_KX8_BYTES, 4, 6,
+     {{0, 2, 2, 0}, {2, 2, 2, KERN_Q4_KX8_DMIN_AT}, {4, 8, 1, KERN_Q4_KX8_SC_AT}, {12, 8, 2, KERN_Q4_KX8_M_AT},
+      {20, 32, 4, KERN_Q5_KX8_QH_AT}, {52, 128, 4, KERN_Q5_KX8_QS_AT}},
+     k45_canon, k45_uncanon},
+    {KT_Q2_K, KT_Q8_K, QK_K, KERN_Q2_KX8_BYTES, 0, 4,
+     {{80, 2, 2, 0}, {82, 2, 2, KERN_Q2_KX8_DMIN_AT}, {0, 16, 1, KERN_Q2_KX8_SC_AT}, {16, 64, 4, KERN_Q2_KX8_QS_AT}},
+     NULL, NULL},
+    {KT_Q3_K, KT_Q8_K, QK_K, KERN_Q3_KX8_BYTES, 0, 4,
+     {{0, 2, 2, 0}, {2, 16, 1, KERN_Q3_KX8_SC_AT}, {50, 64, 4, KERN_Q3_KX8_QS_AT}, {18, 32, 4, KERN_Q3_KX8_HMASK_AT}},
+     k3_canon, k3_uncanon},
+    {KT_Q6_K, KT_Q8_K, QK_K, KERN_Q6_KX8_BYTES, 0, 4,
+     {{208, 2, 2, 0}, {192, 16, 1, KERN_Q6_KX8_SC_AT}, {0, 128, 4, KERN_Q6_KX8_QL_AT}, {128, 64, 4, KERN_Q6_KX8_QH_AT}},
+     NULL, NULL},
     /* 2:4 sparse: its layout is not chunked fields (kernels/repack_s24.c packs it) */
     {KT_S24_Q8, KT_S24_A8, QK_S24_Q8, KERN_S24X8_BYTES, 0, 0, {{0, 0, 0, 0}}, NULL, NULL, &OWN_S24_Q8},
     {KT_S24_F16, KT_F32, QK_S24_F16, KERN_S24F16X8_BYTES, 0, 0, {{0, 0, 0, 0}}, NULL, NULL, &OWN_S24_F16}, /* F32 activations as they are */
 };
+/* repack.h's names against the fields above: a field holds the 8 rows'
+ * copies side by side, so the next one starts 8 x its bytes on and the last
+ * ends the block (after d[8] at 0, 16 bytes) */
+#define PACK_NEXT(at, bytes) ((at) + 8 * (bytes))
+static_assert(KERN_Q8_0X8_QS_AT == 16 && KERN_Q8_0X8_BYTES == PACK_NEXT(KERN_Q8_0X8_QS_AT, 32) &&
+                  KERN_Q4_0X8_QS_AT == 16 && KERN_Q4_0X8_BYTES == PACK_NEXT(KERN_Q4_0X8_QS_AT, 16) &&
+                  KERN_Q4_1X8_M_AT == 16 && KERN_Q4_1X8_QS_AT == PACK_NEXT(KERN_Q4_1X8_M_AT, 2) &&
+                  KERN_Q4_1X8_BYTES == PACK_NEXT(KERN_Q4_1X8_QS_AT, 16) && KERN_Q5_0X8_QH_AT == 16 &&
+                  KERN_Q5_0X8_QS_AT == PACK_NEXT(KERN_Q5_0X8_QH_AT, 4) &&
+                  KERN_Q5_0X8_BYTES == PACK_NEXT(KERN_Q5_0X8_QS_AT, 16) && KERN_Q5_1X8_M_AT == 16 &&
+                  KERN_Q5_1X8_QH_AT == PACK_NEXT(KERN_Q5_1X8_M_AT, 2) &&
+                  KERN_Q5_1X8_QS_AT == PACK_NEXT(KERN_Q5_1X8_QH_AT, 4) &&
+                  KERN_Q5_1X8_BYTES == PACK_NEXT(KERN_Q5_1X8_QS_AT, 16),
+              "Q8_0x8 .. Q5_1x8 layouts");
+static_assert(KERN_Q8_0X8_BYTES == 8 * sizeof(block_q8_0) && KERN_Q4_0X8_BYTES == 8 * sizeof(block_q4_0) &&
+                  KERN_Q4_1X8_BYTES == 8 * sizeof(block_q4_1) && KERN_Q5_0X8_BYTES == 8 * sizeof(block_q5_0) &&
+                  KERN_Q5_1X8_BYTES == 8 * sizeof(block_q5_1) && KERN_Q2_KX8_BYTES == 8 * sizeof(block_q2_K) &&
+                  KERN_Q6_KX8_BYTES == 8 * sizeof(block_q6_K),
+              "a permutation of the file's blocks");
+static_assert(KERN_Q4_KX8_DMIN_AT == 16 && KERN_Q4_KX8_SC_AT == PACK_NEXT(KERN_Q4_KX8_DMIN_AT, 2) &&
+                  KERN_Q4_KX8_M_AT == PACK_NEXT(KERN_Q4_KX8_SC_AT, 8) &&
+                  KERN_Q4_KX8_QS_AT == PACK_NEXT(KERN_Q4_KX8_M_AT, 8) &&
+                  KERN_Q4_KX8_BYTES == PACK_NEXT(KERN_Q4_KX8_QS_AT, 128) &&
+                  KERN_Q5_KX8_QH_AT == PACK_NEXT(KERN_Q4_KX8_M_AT, 8) &&
+                  KERN_Q5_KX8_QS_AT == PACK_NEXT(KERN_Q5_KX8_QH_AT, 32) &&
+                  KERN_Q5_KX8_BYTES == PACK_NEXT(KERN_Q5_KX8_QS_AT, 128) && KERN_Q2_KX8_DMIN_AT == 16 &&
+                  KERN_Q2_KX8_SC_AT == PACK_NEXT(KERN_Q2_KX8_DMIN_AT, 2) &&
+                  KERN_Q2_KX8_QS_AT == PACK_NEXT(KERN_Q2_KX8_SC_AT, 16) &&
+                  KERN_Q2_KX8_BYTES == PACK_NEXT(KERN_Q2_KX8_QS_AT, 64) && KERN_Q3_KX8_SC_AT == 16 &&
+                  KERN_Q3_KX8_QS_AT == PACK_NEXT(KERN_Q3_KX8_SC_AT, 16) &&
+                  KERN_Q3_KX8_HMASK_AT == PACK_NEXT(KERN_Q3_KX8_QS_AT, 64) &&
+                  KERN_Q3_KX8_BYTES == PACK_NEXT(KERN_Q3_KX8_HMASK_AT, 32) && KERN_Q6_KX8_SC_AT == 16 &&
+                  KERN_Q6_KX8_QL_AT == PACK_NEXT(KERN_Q6_KX8_SC_AT, 16) &&
+                  KERN_Q6_KX8_QH_AT == PACK_NEXT(KERN_Q6_KX8_QL_AT, 128) &&
+                  KERN_Q6_KX8_BYTES == PACK_NEXT(KERN_Q6_KX8_QH_AT, 64),
+              "the K-quant x8 layouts");
+#undef PACK_NEXT
 static_assert(offsetof(block_q2_K, qs) == 16 && offsetof(block_q2_K, d) == 80 && offsetof(block_q2_K, dmin) == 82,
               "block_q2_K layout");
 static_assert(offsetof(block_q6_K, qh) == 128 && offsetof(block_q6_K, scales) == 192 && offsetof(block_q6_K, d) == 208,

@@ -105,6 +105,24 @@
 
 #define KERN_PACK_ROWS 8
 
+/* The chunked packed blocks' sizes and field offsets in bytes, as the
+ * layout comment above draws them (d[8] at 0 in every one), named once for
+ * the type table (repack.c, which checks them against the file's blocks)
+ * and the tiles.  Q5_Kx8 keeps Q4_Kx8's dmin, sc and m. */
+enum {
+    KERN_Q8_0X8_BYTES = 272, KERN_Q8_0X8_QS_AT = 16,
+    KERN_Q4_0X8_BYTES = 144, KERN_Q4_0X8_QS_AT = 16,
+    KERN_Q4_1X8_BYTES = 160, KERN_Q4_1X8_M_AT = 16, KERN_Q4_1X8_QS_AT = 32,
+    KERN_Q5_0X8_BYTES = 176, KERN_Q5_0X8_QH_AT = 16, KERN_Q5_0X8_QS_AT = 48,
+    KERN_Q5_1X8_BYTES = 192, KERN_Q5_1X8_M_AT = 16, KERN_Q5_1X8_QH_AT = 32, KERN_Q5_1X8_QS_AT = 64,
+    KERN_Q4_KX8_BYTES = 1184, KERN_Q4_KX8_DMIN_AT = 16, KERN_Q4_KX8_SC_AT = 32, KERN_Q4_KX8_M_AT = 96,
+    KERN_Q4_KX8_QS_AT = 160,
+    KERN_Q5_KX8_BYTES = 1440, KERN_Q5_KX8_QH_AT = 160, KERN_Q5_KX8_QS_AT = 416,
+    KERN_Q2_KX8_BYTES = 672, KERN_Q2_KX8_DMIN_AT = 16, KERN_Q2_KX8_SC_AT = 32, KERN_Q2_KX8_QS_AT = 160,
+    KERN_Q3_KX8_BYTES = 912, KERN_Q3_KX8_SC_AT = 16, KERN_Q3_KX8_QS_AT = 144, KERN_Q3_KX8_HMASK_AT = 656,
+    KERN_Q6_KX8_BYTES = 1680, KERN_Q6_KX8_SC_AT = 16, KERN_Q6_KX8_QL_AT = 144, KERN_Q6_KX8_QH_AT = 1168,
+};
+
 /* true if wtype has a packed layout (F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q6_K, and
  * kvant's PTQ types, kernels/repack_ptq.c, W8A8, kernels/repack_w8a8.c, and the 2:4
  * S24_Q8 and S24_F16, kernels/repack_s24.c) */

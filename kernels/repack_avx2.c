@@ -43,13 +43,13 @@ AI void tile_q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w,
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t b = 0; b < nb; b++, w += 272) {
-        prefetch_block(w, 272, C);
+    for (int64_t b = 0; b < nb; b++, w += KERN_Q8_0X8_BYTES) {
+        prefetch_block(w, KERN_Q8_0X8_BYTES, C);
         __m256i s[4];
         for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
 #pragma GCC unroll 2
         for (int j = 0; j < 8; j++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * j));
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w + KERN_Q8_0X8_QS_AT + 32 * j));
             const __m256i u = _mm256_abs_epi8(q); /* |q|, exact as unsigned even for -128 */
             for (int c = 0; c < C; c++) {
                 const __m256i p = _mm256_maddubs_epi16(u, _mm256_sign_epi8(bcast4(AQS(c, b) + 4 * j), q));
@@ -142,11 +142,11 @@ AI void dec_q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs,
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *aq = a + (size_t)b * sizeof(block_q8_0) + offsetof(block_q8_0, qs);
         for (int n = 0; n < NG; n++) {
-            const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * 272;
-            prefetch_dec(w, (size_t)b * 272, 272, 1024, gs, NG);
+            const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * KERN_Q8_0X8_BYTES;
+            prefetch_dec(w, (size_t)b * KERN_Q8_0X8_BYTES, KERN_Q8_0X8_BYTES, 1024, gs, NG);
             __m256i s = _mm256_setzero_si256();
             for (int j = 0; j < 8; j++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * j));
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(w + KERN_Q8_0X8_QS_AT + 32 * j));
                 const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(bcast4(aq + 4 * j), q));
                 s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
             }
@@ -225,7 +225,7 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
                   const float *ad, const int32_t *as, size_t bn, const bool q5) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    const size_t xb = q5 ? 1440 : 1184;
+    const size_t xb = q5 ? KERN_Q5_KX8_BYTES : KERN_Q4_KX8_BYTES;
     const bool far_l2 = kern_prefetch_l2();
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block_far(w, xb, C, far_l2);
@@ -241,19 +241,19 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
                     se = _mm256_add_epi16(se, _mm256_maddubs_epi16(lo, bcast4s(aq + 64 * p + 4 * j)));
                     so = _mm256_add_epi16(so, _mm256_maddubs_epi16(hi, bcast4s(aq + 64 * p + 32 + 4 * j)));
                     if (q5 && j == 3) { /* bounds as below */
-                        is[0] = _mm256_add_epi32(is[0], _mm256_add_epi32(_mm256_madd_epi16(se, dup_u8(w + 32 + 16 * p)),
-                                                                         _mm256_madd_epi16(so, dup_u8(w + 40 + 16 * p))));
+                        is[0] = _mm256_add_epi32(is[0], _mm256_add_epi32(_mm256_madd_epi16(se, dup_u8(w + KERN_Q4_KX8_SC_AT + 16 * p)),
+                                                                         _mm256_madd_epi16(so, dup_u8(w + KERN_Q4_KX8_SC_AT + 8 + 16 * p))));
                         se = so = _mm256_setzero_si256();
                     }
                 }
-                is[0] = _mm256_add_epi32(is[0], _mm256_add_epi32(_mm256_madd_epi16(se, dup_u8(w + 32 + 16 * p)),
-                                                                 _mm256_madd_epi16(so, dup_u8(w + 40 + 16 * p))));
+                is[0] = _mm256_add_epi32(is[0], _mm256_add_epi32(_mm256_madd_epi16(se, dup_u8(w + KERN_Q4_KX8_SC_AT + 16 * p)),
+                                                                 _mm256_madd_epi16(so, dup_u8(w + KERN_Q4_KX8_SC_AT + 8 + 16 * p))));
             }
             q45k_finish(C, w, is, as, ad, bn, b, acc);
             continue;
         }
         for (int sb = 0; sb < 8; sb++) { /* sub-block: the low (even) or high (odd) nibbles of qs bytes 32(sb/2) .. +31 */
-            const __m256i sc = dup_u8(w + 32 + 8 * sb);
+            const __m256i sc = dup_u8(w + KERN_Q4_KX8_SC_AT + 8 * sb);
             __m256i s[4];
             for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
 #pragma GCC unroll 2
@@ -288,11 +288,11 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
 /* quarter qq of chunk j of half h of a K16 block (q in 0..63, 0..7 or 0..3) */
 AI __m256i k16_quarter(const uint8_t *w, const int kind, int h, int j, int qq) {
     if (kind != K16_Q6) { /* Q2_K: q = 2 bits; Q3_K: | hmask bit << 2 (0..7) */
-        const size_t qso = kind == K16_Q2 ? 160 : 144;
+        const size_t qso = kind == K16_Q2 ? KERN_Q2_KX8_QS_AT : KERN_Q3_KX8_QS_AT;
         const __m256i l = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * (8 * h + j)));
         __m256i q = _mm256_and_si256(_mm256_srli_epi16(l, 2 * qq), _mm256_set1_epi8(3));
         if (kind == K16_Q3) {
-            const __m256i hm = _mm256_loadu_si256((const __m256i *)(w + 656 + 32 * j));
+            const __m256i hm = _mm256_loadu_si256((const __m256i *)(w + KERN_Q3_KX8_HMASK_AT + 32 * j));
             const int k = 4 * h + qq; /* the hmask bit, moved to bit 2 */
             const __m256i hb = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
             q = _mm256_or_si256(q, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
@@ -300,8 +300,8 @@ AI __m256i k16_quarter(const uint8_t *w, const int kind, int h, int j, int qq) {
         return q;
     }
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    const __m256i l = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + (qq & 1 ? 8 : 0) + j)));
-    const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + j)));
+    const __m256i l = _mm256_loadu_si256((const __m256i *)(w + KERN_Q6_KX8_QL_AT + 32 * (16 * h + (qq & 1 ? 8 : 0) + j)));
+    const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + KERN_Q6_KX8_QH_AT + 32 * (8 * h + j)));
     const __m256i lo = qq < 2 ? l : _mm256_srli_epi16(l, 4);
     const __m256i hi = qq == 0 ? _mm256_slli_epi16(hb, 4) : qq == 1 ? _mm256_slli_epi16(hb, 2) : qq == 2 ? hb : _mm256_srli_epi16(hb, 2);
     return _mm256_or_si256(_mm256_and_si256(lo, m4), _mm256_and_si256(hi, m30));
@@ -312,8 +312,8 @@ AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m256i lo4 = _mm256_set1_epi16(0x0f);
-    const size_t xb = kind == K16_Q6 ? 1680 : kind == K16_Q3 ? 912 : 672;
-    const size_t sco = kind == K16_Q2 ? 32 : 16;
+    const size_t xb = kind == K16_Q6 ? KERN_Q6_KX8_BYTES : kind == K16_Q3 ? KERN_Q3_KX8_BYTES : KERN_Q2_KX8_BYTES;
+    const size_t sco = kind == K16_Q2 ? KERN_Q2_KX8_SC_AT : kind == K16_Q3 ? KERN_Q3_KX8_SC_AT : KERN_Q6_KX8_SC_AT;
     const bool far_l2 = kind != K16_Q3 && kern_prefetch_l2(); /* Q3_K near: repack_tile.h */
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block_far(w, xb, C, far_l2);

@@ -58,12 +58,12 @@ AI void tile_q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w,
                 const float *ad, size_t bn) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, w += 272) {
-        prefetch_block(w, 272, C);
+    for (int64_t b = 0; b < nb; b++, w += KERN_Q8_0X8_BYTES) {
+        prefetch_block(w, KERN_Q8_0X8_BYTES, C);
         __m256i s[4];
         for (int c = 0; c < C; c++) s[c] = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
-            const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * j));
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(w + KERN_Q8_0X8_QS_AT + 32 * j));
             const __m256i u = _mm256_sign_epi8(q, q); /* |q|, exact as unsigned even for -128 */
             for (int c = 0; c < C; c++) s[c] = dpbusd(s[c], u, _mm256_sign_epi8(bcast4(AQS(c, b) + 4 * j), q));
         }
@@ -92,11 +92,11 @@ AI void dec_q8(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs,
         __m256i av[8];
         for (int j = 0; j < 8; j++) av[j] = bcast4(aq + 4 * j);
         for (int n = 0; n < NG; n++) {
-            const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * 272;
-            prefetch_dec(w, (size_t)b * 272, 272, 1024, gs, NG);
+            const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * KERN_Q8_0X8_BYTES;
+            prefetch_dec(w, (size_t)b * KERN_Q8_0X8_BYTES, KERN_Q8_0X8_BYTES, 1024, gs, NG);
             __m256i s = _mm256_setzero_si256();
             for (int j = 0; j < 8; j++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(w + 16 + 32 * j));
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(w + KERN_Q8_0X8_QS_AT + 32 * j));
                 s = dpbusd(s, _mm256_sign_epi8(q, q), _mm256_sign_epi8(av[j], q));
             }
             q8_finish(1, w, &s, ad, 0, b, &acc[n]);
@@ -173,7 +173,7 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
                   const float *ad, const int32_t *as, size_t bn, const bool q5) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    const size_t xb = q5 ? 1440 : 1184;
+    const size_t xb = q5 ? KERN_Q5_KX8_BYTES : KERN_Q4_KX8_BYTES;
     const bool far_l2 = kern_prefetch_l2();
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block_far(w, xb, C, far_l2);
@@ -195,8 +195,8 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
             }
             /* the 8 rows' scales of sub-blocks 2p and 2p + 1, one per lane (0..63);
              * |s| <= 32 * 31 * 128, times sc <= 63: exact int32 */
-            const __m256i sce = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + 32 + 16 * p)));
-            const __m256i sco = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + 40 + 16 * p)));
+            const __m256i sce = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + KERN_Q4_KX8_SC_AT + 16 * p)));
+            const __m256i sco = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + KERN_Q4_KX8_SC_AT + 8 + 16 * p)));
             for (int c = 0; c < C; c++)
                 is[c] = _mm256_add_epi32(is[c], _mm256_add_epi32(_mm256_mullo_epi32(se[c], sce), _mm256_mullo_epi32(so[c], sco)));
         }
@@ -221,9 +221,9 @@ enum { DEC2_NG = 2, DEC2_PF = 4096 }; /* dec_k16, dec_q4k: groups per run, prefe
 AI void k16_chunk(const uint8_t *w, const int kind, int h, int j, __m256i q[4]) {
     if (kind == K16_Q6) {
         const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + j)));
-        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(w + 144 + 32 * (16 * h + 8 + j)));
-        const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 1168 + 32 * (8 * h + j)));
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(w + KERN_Q6_KX8_QL_AT + 32 * (16 * h + j)));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(w + KERN_Q6_KX8_QL_AT + 32 * (16 * h + 8 + j)));
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + KERN_Q6_KX8_QH_AT + 32 * (8 * h + j)));
         q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
         q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
         q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
@@ -231,7 +231,7 @@ AI void k16_chunk(const uint8_t *w, const int kind, int h, int j, __m256i q[4]) 
                                _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
         return;
     }
-    const size_t qso = kind == K16_Q2 ? 160 : 144;
+    const size_t qso = kind == K16_Q2 ? KERN_Q2_KX8_QS_AT : KERN_Q3_KX8_QS_AT;
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m256i l = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * (8 * h + j)));
     q[0] = _mm256_and_si256(l, m3);
@@ -239,7 +239,7 @@ AI void k16_chunk(const uint8_t *w, const int kind, int h, int j, __m256i q[4]) 
     q[2] = _mm256_and_si256(_mm256_srli_epi16(l, 4), m3);
     q[3] = _mm256_and_si256(_mm256_srli_epi16(l, 6), m3);
     if (kind == K16_Q3) {
-        const __m256i hm = _mm256_loadu_si256((const __m256i *)(w + 656 + 32 * j)), m4 = _mm256_set1_epi8(4);
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)(w + KERN_Q3_KX8_HMASK_AT + 32 * j)), m4 = _mm256_set1_epi8(4);
         for (int qq = 0; qq < 4; qq++) {
             const int k = 4 * h + qq; /* the hmask bit, moved to bit 2 */
             const __m256i hb = k >= 2 ? _mm256_srli_epi16(hm, k - 2) : _mm256_slli_epi16(hm, 2 - k);
@@ -252,8 +252,8 @@ AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
                  const float *ad, size_t bn, const int kind) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    const size_t xb = kind == K16_Q6 ? 1680 : kind == K16_Q3 ? 912 : 672;
-    const size_t sco = kind == K16_Q2 ? 32 : 16;
+    const size_t xb = kind == K16_Q6 ? KERN_Q6_KX8_BYTES : kind == K16_Q3 ? KERN_Q3_KX8_BYTES : KERN_Q2_KX8_BYTES;
+    const size_t sco = kind == K16_Q2 ? KERN_Q2_KX8_SC_AT : kind == K16_Q3 ? KERN_Q3_KX8_SC_AT : KERN_Q6_KX8_SC_AT;
     const bool far_l2 = kind != K16_Q3 && kern_prefetch_l2(); /* Q3_K near: repack_tile.h */
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block_far(w, xb, C, far_l2);
@@ -358,10 +358,10 @@ AI void prefetch_dec_2g(const uint8_t *w, size_t off, size_t xb, size_t gs, cons
 /* k16_chunk of two groups at once (Q3_K, Q2_K) */
 AI void k16_chunk_2g(const uint8_t *w, size_t gs, const int kind, int h, int j, __m512i q[4]) {
     const __m512i m3 = _mm512_set1_epi32(0x03030303);
-    const __m512i l = ld_2g(w, gs, (kind == K16_Q2 ? 160 : 144) + 32 * (8 * h + j));
+    const __m512i l = ld_2g(w, gs, (kind == K16_Q2 ? KERN_Q2_KX8_QS_AT : KERN_Q3_KX8_QS_AT) + 32 * (8 * h + j));
     for (int qq = 0; qq < 4; qq++) q[qq] = z_and(z_srl16(l, 2 * qq), m3);
     if (kind == K16_Q3) {
-        const __m512i hm = ld_2g(w, gs, 656 + 32 * j), m4 = _mm512_set1_epi32(0x04040404);
+        const __m512i hm = ld_2g(w, gs, KERN_Q3_KX8_HMASK_AT + 32 * j), m4 = _mm512_set1_epi32(0x04040404);
         for (int qq = 0; qq < 4; qq++) {
             const int k = 4 * h + qq; /* the hmask bit, moved to bit 2 */
             q[qq] = z_or(q[qq], z_and(k >= 2 ? z_srl16(hm, k - 2) : z_sll16(hm, 2 - k), m4));
@@ -371,7 +371,7 @@ AI void k16_chunk_2g(const uint8_t *w, size_t gs, const int kind, int h, int j, 
 
 /* the 8 rows' scales of sub-block s of two groups, as int32 lanes */
 AI __m512i k16_scales_2g(const uint8_t *w, size_t gs, const int kind, int s) {
-    const size_t o = (kind == K16_Q2 ? 32 : 16) + 8 * (size_t)s;
+    const size_t o = (kind == K16_Q2 ? KERN_Q2_KX8_SC_AT : KERN_Q3_KX8_SC_AT) + 8 * (size_t)s;
     return kind == K16_Q2 ? z_and(b8_2g(w, gs, o, false), _mm512_set1_epi32(15)) : b8_2g(w, gs, o, true);
 }
 
@@ -379,7 +379,7 @@ AI void dec_k16(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs
                 const int kind) {
     __m256 acc[8];
     for (int n = 0; n < NG; n++) acc[n] = _mm256_setzero_ps();
-    const size_t xb = kind == K16_Q3 ? 912 : 672;
+    const size_t xb = kind == K16_Q3 ? KERN_Q3_KX8_BYTES : KERN_Q2_KX8_BYTES;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *aq = (const uint8_t *)((const block_q8_K *)a + b)->qs;
         for (int n = 0; n < NG; n += 2) {
@@ -439,20 +439,20 @@ AI void dec_q4k(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *aq = (const uint8_t *)((const block_q8_K *)a + b)->qs;
         for (int n = 0; n < NG; n += 2) {
-            const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * 1184;
-            prefetch_dec_2g(w, (size_t)b * 1184, 1184, gs, NG);
+            const uint8_t *w = w0 + (size_t)n * gs + (size_t)b * KERN_Q4_KX8_BYTES;
+            prefetch_dec_2g(w, (size_t)b * KERN_Q4_KX8_BYTES, KERN_Q4_KX8_BYTES, gs, NG);
             __m512i is = _mm512_setzero_si512();
             for (int p = 0; p < 4; p++) { /* sub-blocks 2p (low nibbles) and 2p + 1 (high), as tile_q45k */
                 __m512i se = _mm512_setzero_si512(), so = _mm512_setzero_si512();
                 for (int j = 0; j < 8; j++) {
-                    const __m512i raw = ld_2g(w, gs, 160 + 32 * (8 * p + j));
+                    const __m512i raw = ld_2g(w, gs, KERN_Q4_KX8_QS_AT + 32 * (8 * p + j));
                     int32_t ve, vo;
                     memcpy(&ve, aq + 64 * p + 4 * j, 4);
                     memcpy(&vo, aq + 64 * p + 32 + 4 * j, 4);
                     se = z_dpbusd(se, z_and(raw, m4), _mm512_set1_epi32(ve));
                     so = z_dpbusd(so, z_and(z_srl16(raw, 4), m4), _mm512_set1_epi32(vo));
                 }
-                const size_t o = 32 + 16 * (size_t)p; /* the scales of sub-blocks 2p and 2p + 1: o, o + 8 */
+                const size_t o = KERN_Q4_KX8_SC_AT + 16 * (size_t)p; /* the scales of sub-blocks 2p and 2p + 1: o, o + 8 */
                 const __m512i sce = b8_2g(w, gs, o, false), sco = b8_2g(w, gs, o + 8, false);
                 is = z_add32(is, z_add32(z_mullo32(se, sce), z_mullo32(so, sco)));
             }

@@ -95,7 +95,7 @@ enum { L_Q4_0, L_Q4_1, L_Q5_0, L_Q5_1 };
 typedef struct {
     bool min, five; /* a block minimum (Q4_1, Q5_1; Q8_1 activations); a fifth bit */
     int off;        /* Q4_0, Q5_0: the offset of q (8, 16) */
-    size_t xb, qso, qho;  /* packed block bytes; offsets of qs and qh */
+    size_t xb, qso, qho, mo; /* packed block bytes; offsets of qs, qh and m */
     size_t ab, aqo;       /* activation block bytes; offset of its qs */
 } legacy_geo;
 AI legacy_geo legacy_geo_of(const int kind) {
@@ -103,9 +103,16 @@ AI legacy_geo legacy_geo_of(const int kind) {
     return (legacy_geo){.min = min,
                         .five = kind == L_Q5_0 || kind == L_Q5_1,
                         .off = kind == L_Q4_0 ? 8 : 16,
-                        .xb = kind == L_Q4_0 ? 144 : kind == L_Q4_1 ? 160 : kind == L_Q5_0 ? 176 : 192,
-                        .qso = kind == L_Q4_0 ? 16 : kind == L_Q4_1 ? 32 : kind == L_Q5_0 ? 48 : 64,
-                        .qho = kind == L_Q5_0 ? 16 : 32,
+                        .xb = kind == L_Q4_0   ? KERN_Q4_0X8_BYTES
+                              : kind == L_Q4_1 ? KERN_Q4_1X8_BYTES
+                              : kind == L_Q5_0 ? KERN_Q5_0X8_BYTES
+                                               : KERN_Q5_1X8_BYTES,
+                        .qso = kind == L_Q4_0   ? KERN_Q4_0X8_QS_AT
+                               : kind == L_Q4_1 ? KERN_Q4_1X8_QS_AT
+                               : kind == L_Q5_0 ? KERN_Q5_0X8_QS_AT
+                                                : KERN_Q5_1X8_QS_AT,
+                        .qho = kind == L_Q5_0 ? KERN_Q5_0X8_QH_AT : KERN_Q5_1X8_QH_AT,
+                        .mo = kind == L_Q4_1 ? KERN_Q4_1X8_M_AT : KERN_Q5_1X8_M_AT,
                         .ab = min ? sizeof(block_q8_1) : sizeof(block_q8_0),
                         .aqo = min ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs)};
 }
@@ -141,7 +148,7 @@ AI void q8_finish(const int C, const uint8_t *w, const __m256i *s, const float *
 AI void legacy_finish(const int C, const uint8_t *w, const legacy_geo *g, const __m256i *i32, const int32_t *as,
                       const float *ad, size_t bn, int64_t b, __m256 *acc) {
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-    const __m256 mw = g->min ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16))) : _mm256_setzero_ps();
+    const __m256 mw = g->min ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + g->mo))) : _mm256_setzero_ps();
     for (int c = 0; c < C; c++) {
         const size_t k = (size_t)c * bn + (size_t)b;
         const __m256i i = g->min ? i32[c] : _mm256_sub_epi32(i32[c], _mm256_set1_epi32(g->off * as[k]));
@@ -158,11 +165,11 @@ AI void legacy_finish(const int C, const uint8_t *w, const legacy_geo *g, const 
  * (even sb) or high (odd sb) nibbles of qs bytes 32(sb/2) .. +31, and for
  * Q5_K bit sb of qh byte l, element 32 sb + l's fifth bit */
 AI __m256i q45k_chunk(const uint8_t *w, int sb, int j, const bool q5) {
-    const size_t qso = q5 ? 416 : 160;
+    const size_t qso = q5 ? KERN_Q5_KX8_QS_AT : KERN_Q4_KX8_QS_AT;
     const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * (8 * (sb / 2) + j)));
     __m256i q = _mm256_and_si256(sb & 1 ? _mm256_srli_epi16(raw, 4) : raw, _mm256_set1_epi8(0x0f));
     if (q5) {
-        const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 160 + 32 * j));
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + KERN_Q5_KX8_QH_AT + 32 * j));
         q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, sb), _mm256_set1_epi8(1)), 4));
     }
     return q;
@@ -171,13 +178,14 @@ AI __m256i q45k_chunk(const uint8_t *w, int sb, int j, const bool q5) {
 /* Q4_K / Q5_K: chunk j of sub-blocks 2p (lo: the low nibbles) and 2p + 1
  * (hi: the high ones) from one load, as q45k_chunk of each */
 AI void q45k_pair(const uint8_t *w, int p, int j, const bool q5, __m256i *lo, __m256i *hi) {
-    const size_t qso = q5 ? 416 : 160;
+    const size_t qso = q5 ? KERN_Q5_KX8_QS_AT : KERN_Q4_KX8_QS_AT;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * (8 * p + j)));
     *lo = _mm256_and_si256(raw, m4);
     *hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
     if (q5) {
-        const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + 160 + 32 * j)), one = _mm256_set1_epi8(1);
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(w + KERN_Q5_KX8_QH_AT + 32 * j));
+        const __m256i one = _mm256_set1_epi8(1);
         *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * p), one), 4));
         *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * p + 1), one), 4));
     }
@@ -189,9 +197,10 @@ AI void q45k_pair(const uint8_t *w, int p, int j, const bool q5, __m256i *lo, __
 AI void q45k_finish(const int C, const uint8_t *w, const __m256i *is, const int32_t *as, const float *ad, size_t bn,
                     int64_t b, __m256 *acc) {
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
-    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
+    const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + KERN_Q4_KX8_DMIN_AT)));
     __m256i mins[4];
-    for (int p = 0; p < 4; p++) mins[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w + 96 + 16 * p)));
+    for (int p = 0; p < 4; p++)
+        mins[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w + KERN_Q4_KX8_M_AT + 16 * p)));
     for (int c = 0; c < C; c++) {
         const size_t k = (size_t)c * bn + (size_t)b;
         __m256i ms = _mm256_setzero_si256();
@@ -213,7 +222,7 @@ enum { K16_Q6, K16_Q3, K16_Q2 };
  * spec, every sum exact) */
 AI void k16_finish(const uint8_t *w, const int kind, const int C, const __m256i *is, const uint8_t *a, size_t ba,
                    int64_t b, const float *ad, size_t bn, __m256 *acc) {
-    const size_t sco = kind == K16_Q2 ? 32 : 16;
+    const size_t sco = kind == K16_Q2 ? KERN_Q2_KX8_SC_AT : kind == K16_Q3 ? KERN_Q3_KX8_SC_AT : KERN_Q6_KX8_SC_AT;
     __m256i ms[4];
     for (int c = 0; c < C; c++) ms[c] = _mm256_setzero_si256();
     for (int pp = 0; pp < 8; pp++) {
@@ -230,7 +239,7 @@ AI void k16_finish(const uint8_t *w, const int kind, const int C, const __m256i 
     for (int c = 0; c < C; c++) {
         const __m256 da = _mm256_set1_ps(ad[(size_t)c * bn + (size_t)b]);
         if (kind == K16_Q2) { /* |is| <= 16 * 15 * 16 * 3 * 127 < 2^21, |ms| <= 16 * 15 * 2032 < 2^19 */
-            const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16)));
+            const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + KERN_Q2_KX8_DMIN_AT)));
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]), _mm256_mul_ps(dw, da), acc[c]);
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms[c]), _mm256_xor_ps(_mm256_mul_ps(dm, da), neg), acc[c]);
             continue;
