@@ -161,43 +161,11 @@ static const pack_desc DESCS[] = {
     {KT_S24_Q8, KT_S24_A8, QK_S24_Q8, KERN_S24X8_BYTES, 0, 0, {{0, 0, 0, 0}}, NULL, NULL, &OWN_S24_Q8},
     {KT_S24_F16, KT_F32, QK_S24_F16, KERN_S24F16X8_BYTES, 0, 0, {{0, 0, 0, 0}}, NULL, NULL, &OWN_S24_F16}, /* F32 activations as they are */
 };
-/* repack.h's names against the fields above: a field holds the 8 rows'
- * copies side by side, so the next one starts 8 x its bytes on and the last
- * ends the block (after d[8] at 0, 16 bytes) */
-#define PACK_NEXT(at, bytes) ((at) + 8 * (bytes))
-static_assert(KERN_Q8_0X8_QS_AT == 16 && KERN_Q8_0X8_BYTES == PACK_NEXT(KERN_Q8_0X8_QS_AT, 32) &&
-                  KERN_Q4_0X8_QS_AT == 16 && KERN_Q4_0X8_BYTES == PACK_NEXT(KERN_Q4_0X8_QS_AT, 16) &&
-                  KERN_Q4_1X8_M_AT == 16 && KERN_Q4_1X8_QS_AT == PACK_NEXT(KERN_Q4_1X8_M_AT, 2) &&
-                  KERN_Q4_1X8_BYTES == PACK_NEXT(KERN_Q4_1X8_QS_AT, 16) && KERN_Q5_0X8_QH_AT == 16 &&
-                  KERN_Q5_0X8_QS_AT == PACK_NEXT(KERN_Q5_0X8_QH_AT, 4) &&
-                  KERN_Q5_0X8_BYTES == PACK_NEXT(KERN_Q5_0X8_QS_AT, 16) && KERN_Q5_1X8_M_AT == 16 &&
-                  KERN_Q5_1X8_QH_AT == PACK_NEXT(KERN_Q5_1X8_M_AT, 2) &&
-                  KERN_Q5_1X8_QS_AT == PACK_NEXT(KERN_Q5_1X8_QH_AT, 4) &&
-                  KERN_Q5_1X8_BYTES == PACK_NEXT(KERN_Q5_1X8_QS_AT, 16),
-              "Q8_0x8 .. Q5_1x8 layouts");
 static_assert(KERN_Q8_0X8_BYTES == 8 * sizeof(block_q8_0) && KERN_Q4_0X8_BYTES == 8 * sizeof(block_q4_0) &&
                   KERN_Q4_1X8_BYTES == 8 * sizeof(block_q4_1) && KERN_Q5_0X8_BYTES == 8 * sizeof(block_q5_0) &&
                   KERN_Q5_1X8_BYTES == 8 * sizeof(block_q5_1) && KERN_Q2_KX8_BYTES == 8 * sizeof(block_q2_K) &&
                   KERN_Q6_KX8_BYTES == 8 * sizeof(block_q6_K),
               "a permutation of the file's blocks");
-static_assert(KERN_Q4_KX8_DMIN_AT == 16 && KERN_Q4_KX8_SC_AT == PACK_NEXT(KERN_Q4_KX8_DMIN_AT, 2) &&
-                  KERN_Q4_KX8_M_AT == PACK_NEXT(KERN_Q4_KX8_SC_AT, 8) &&
-                  KERN_Q4_KX8_QS_AT == PACK_NEXT(KERN_Q4_KX8_M_AT, 8) &&
-                  KERN_Q4_KX8_BYTES == PACK_NEXT(KERN_Q4_KX8_QS_AT, 128) &&
-                  KERN_Q5_KX8_QH_AT == PACK_NEXT(KERN_Q4_KX8_M_AT, 8) &&
-                  KERN_Q5_KX8_QS_AT == PACK_NEXT(KERN_Q5_KX8_QH_AT, 32) &&
-                  KERN_Q5_KX8_BYTES == PACK_NEXT(KERN_Q5_KX8_QS_AT, 128) && KERN_Q2_KX8_DMIN_AT == 16 &&
-                  KERN_Q2_KX8_SC_AT == PACK_NEXT(KERN_Q2_KX8_DMIN_AT, 2) &&
-                  KERN_Q2_KX8_QS_AT == PACK_NEXT(KERN_Q2_KX8_SC_AT, 16) &&
-                  KERN_Q2_KX8_BYTES == PACK_NEXT(KERN_Q2_KX8_QS_AT, 64) && KERN_Q3_KX8_SC_AT == 16 &&
-                  KERN_Q3_KX8_QS_AT == PACK_NEXT(KERN_Q3_KX8_SC_AT, 16) &&
-                  KERN_Q3_KX8_HMASK_AT == PACK_NEXT(KERN_Q3_KX8_QS_AT, 64) &&
-                  KERN_Q3_KX8_BYTES == PACK_NEXT(KERN_Q3_KX8_HMASK_AT, 32) && KERN_Q6_KX8_SC_AT == 16 &&
-                  KERN_Q6_KX8_QL_AT == PACK_NEXT(KERN_Q6_KX8_SC_AT, 16) &&
-                  KERN_Q6_KX8_QH_AT == PACK_NEXT(KERN_Q6_KX8_QL_AT, 128) &&
-                  KERN_Q6_KX8_BYTES == PACK_NEXT(KERN_Q6_KX8_QH_AT, 64),
-              "the K-quant x8 layouts");
-#undef PACK_NEXT
 static_assert(offsetof(block_q2_K, qs) == 16 && offsetof(block_q2_K, d) == 80 && offsetof(block_q2_K, dmin) == 82,
               "block_q2_K layout");
 static_assert(offsetof(block_q6_K, qh) == 128 && offsetof(block_q6_K, scales) == 192 && offsetof(block_q6_K, d) == 208,
@@ -211,6 +179,18 @@ static const pack_desc *desc_of(int wtype) {
     for (size_t i = 0; i < sizeof DESCS / sizeof *DESCS; i++)
         if (DESCS[i].wtype == wtype) return &DESCS[i];
     return NULL;
+}
+
+/* a chunked layout's fields tile its packed block: each holds the 8 rows'
+ * copies side by side, so the next starts 8 x its bytes on, and the last
+ * ends the block (xb: repack.h's names, which the tiles use too) */
+static bool fields_tile(const pack_desc *D) {
+    size_t at = 0;
+    for (int f = 0; f < D->nf; f++) {
+        if (D->f[f].dst != at) return false;
+        at += (size_t)KERN_PACK_ROWS * D->f[f].bytes;
+    }
+    return at == D->xb;
 }
 
 /* F16 and BF16 have their own layout and tile (kernels/repack_f16.c); these entry points route them there */
@@ -255,6 +235,7 @@ void kern_pack(const void *W, int wtype, int64_t N, int64_t K, void *dst, int64_
         D->own->pack(W, N, K, dst, g0, g1);
         return;
     }
+    CORE_ASSERT(fields_tile(D));
     const int64_t nb = K / D->qk;
     const size_t sb = kern_type_get(wtype)->type_size, row = (size_t)nb * sb;
     uint8_t canon[K5C_BYTES];

@@ -107,7 +107,7 @@
 
 /* The chunked packed blocks' sizes and field offsets in bytes, as the
  * layout comment above draws them (d[8] at 0 in every one), named once for
- * the type table (repack.c, which checks them against the file's blocks)
+ * the type table (repack.c checks that each layout's fields tile its block)
  * and the tiles.  Q5_Kx8 keeps Q4_Kx8's dmin, sc and m. */
 enum {
     KERN_Q8_0X8_BYTES = 272, KERN_Q8_0X8_QS_AT = 16,
