@@ -288,7 +288,7 @@ AI void tile_q45k(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *
 /* quarter qq of chunk j of half h of a K16 block (q in 0..63, 0..7 or 0..3) */
 AI __m256i k16_quarter(const uint8_t *w, const int kind, int h, int j, int qq) {
     if (kind != K16_Q6) { /* Q2_K: q = 2 bits; Q3_K: | hmask bit << 2 (0..7) */
-        const size_t qso = kind == K16_Q2 ? KERN_Q2_KX8_QS_AT : KERN_Q3_KX8_QS_AT;
+        const size_t qso = k16_qs_at(kind);
         const __m256i l = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * (8 * h + j)));
         __m256i q = _mm256_and_si256(_mm256_srli_epi16(l, 2 * qq), _mm256_set1_epi8(3));
         if (kind == K16_Q3) {
@@ -312,8 +312,8 @@ AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m256i lo4 = _mm256_set1_epi16(0x0f);
-    const size_t xb = kind == K16_Q6 ? KERN_Q6_KX8_BYTES : kind == K16_Q3 ? KERN_Q3_KX8_BYTES : KERN_Q2_KX8_BYTES;
-    const size_t sco = kind == K16_Q2 ? KERN_Q2_KX8_SC_AT : kind == K16_Q3 ? KERN_Q3_KX8_SC_AT : KERN_Q6_KX8_SC_AT;
+    const size_t xb = k16_xb(kind);
+    const size_t sco = k16_sc_at(kind);
     const bool far_l2 = kind != K16_Q3 && kern_prefetch_l2(); /* Q3_K near: repack_tile.h */
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block_far(w, xb, C, far_l2);

@@ -231,7 +231,7 @@ AI void k16_chunk(const uint8_t *w, const int kind, int h, int j, __m256i q[4]) 
                                _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
         return;
     }
-    const size_t qso = kind == K16_Q2 ? KERN_Q2_KX8_QS_AT : KERN_Q3_KX8_QS_AT;
+    const size_t qso = k16_qs_at(kind);
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m256i l = _mm256_loadu_si256((const __m256i *)(w + qso + 32 * (8 * h + j)));
     q[0] = _mm256_and_si256(l, m3);
@@ -252,8 +252,8 @@ AI void tile_k16(int64_t nb, const int C, float *y, size_t ldy, const uint8_t *w
                  const float *ad, size_t bn, const int kind) {
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    const size_t xb = kind == K16_Q6 ? KERN_Q6_KX8_BYTES : kind == K16_Q3 ? KERN_Q3_KX8_BYTES : KERN_Q2_KX8_BYTES;
-    const size_t sco = kind == K16_Q2 ? KERN_Q2_KX8_SC_AT : kind == K16_Q3 ? KERN_Q3_KX8_SC_AT : KERN_Q6_KX8_SC_AT;
+    const size_t xb = k16_xb(kind);
+    const size_t sco = k16_sc_at(kind);
     const bool far_l2 = kind != K16_Q3 && kern_prefetch_l2(); /* Q3_K near: repack_tile.h */
     for (int64_t b = 0; b < nb; b++, w += xb) {
         prefetch_block_far(w, xb, C, far_l2);
@@ -358,7 +358,7 @@ AI void prefetch_dec_2g(const uint8_t *w, size_t off, size_t xb, size_t gs, cons
 /* k16_chunk of two groups at once (Q3_K, Q2_K) */
 AI void k16_chunk_2g(const uint8_t *w, size_t gs, const int kind, int h, int j, __m512i q[4]) {
     const __m512i m3 = _mm512_set1_epi32(0x03030303);
-    const __m512i l = ld_2g(w, gs, (kind == K16_Q2 ? KERN_Q2_KX8_QS_AT : KERN_Q3_KX8_QS_AT) + 32 * (8 * h + j));
+    const __m512i l = ld_2g(w, gs, k16_qs_at(kind) + 32 * (8 * h + j));
     for (int qq = 0; qq < 4; qq++) q[qq] = z_and(z_srl16(l, 2 * qq), m3);
     if (kind == K16_Q3) {
         const __m512i hm = ld_2g(w, gs, KERN_Q3_KX8_HMASK_AT + 32 * j), m4 = _mm512_set1_epi32(0x04040404);
@@ -371,7 +371,7 @@ AI void k16_chunk_2g(const uint8_t *w, size_t gs, const int kind, int h, int j, 
 
 /* the 8 rows' scales of sub-block s of two groups, as int32 lanes */
 AI __m512i k16_scales_2g(const uint8_t *w, size_t gs, const int kind, int s) {
-    const size_t o = (kind == K16_Q2 ? KERN_Q2_KX8_SC_AT : KERN_Q3_KX8_SC_AT) + 8 * (size_t)s;
+    const size_t o = k16_sc_at(kind) + 8 * (size_t)s;
     return kind == K16_Q2 ? z_and(b8_2g(w, gs, o, false), _mm512_set1_epi32(15)) : b8_2g(w, gs, o, true);
 }
 
@@ -379,7 +379,7 @@ AI void dec_k16(const int NG, int64_t nb, float *y, const uint8_t *w0, size_t gs
                 const int kind) {
     __m256 acc[8];
     for (int n = 0; n < NG; n++) acc[n] = _mm256_setzero_ps();
-    const size_t xb = kind == K16_Q3 ? KERN_Q3_KX8_BYTES : KERN_Q2_KX8_BYTES;
+    const size_t xb = k16_xb(kind);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *aq = (const uint8_t *)((const block_q8_K *)a + b)->qs;
         for (int n = 0; n < NG; n += 2) {

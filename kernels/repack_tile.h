@@ -215,6 +215,16 @@ AI void q45k_finish(const int C, const uint8_t *w, const __m256i *is, const int3
  * tiles (repack_avx2.c, repack_avx512.c) end each block the same way */
 enum { K16_Q6, K16_Q3, K16_Q2 };
 
+/* a K16 kind's packed block (repack.h): its bytes, where its scales start,
+ * and where the 2-bit qs of Q3_K and Q2_K start */
+AI size_t k16_xb(const int kind) {
+    return kind == K16_Q6 ? KERN_Q6_KX8_BYTES : kind == K16_Q3 ? KERN_Q3_KX8_BYTES : KERN_Q2_KX8_BYTES;
+}
+AI size_t k16_sc_at(const int kind) {
+    return kind == K16_Q6 ? KERN_Q6_KX8_SC_AT : kind == K16_Q3 ? KERN_Q3_KX8_SC_AT : KERN_Q2_KX8_SC_AT;
+}
+AI size_t k16_qs_at(const int kind) { return kind == K16_Q3 ? KERN_Q3_KX8_QS_AT : KERN_Q2_KX8_QS_AT; }
+
 /* The end of K16 block b for C activation rows, given each row's integer
  * sum is[c] of sub-block dots times scales: each row's (x_2pp, x_2pp+1)
  * against the bsums (2pp, 2pp+1), x = the scales (Q6_K, Q3_K: the offset)
@@ -222,7 +232,7 @@ enum { K16_Q6, K16_Q3, K16_Q2 };
  * spec, every sum exact) */
 AI void k16_finish(const uint8_t *w, const int kind, const int C, const __m256i *is, const uint8_t *a, size_t ba,
                    int64_t b, const float *ad, size_t bn, __m256 *acc) {
-    const size_t sco = kind == K16_Q2 ? KERN_Q2_KX8_SC_AT : kind == K16_Q3 ? KERN_Q3_KX8_SC_AT : KERN_Q6_KX8_SC_AT;
+    const size_t sco = k16_sc_at(kind);
     __m256i ms[4];
     for (int c = 0; c < C; c++) ms[c] = _mm256_setzero_si256();
     for (int pp = 0; pp < 8; pp++) {
