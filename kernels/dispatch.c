@@ -160,7 +160,7 @@ static void report_fill(void) {
              (unsigned long long)x, (x & XCR0_AVX) == XCR0_AVX ? "on" : "off",
              (x & XCR0_AVX512) == XCR0_AVX512 ? "on" : "off", amx, kern_tier_name(best),
              best >= KERN_TIER_AVX512 && kern_zmm_halved()
-                 ? " (512-bit ops in two halves: F16 prefill on the AVX2 tile; decode prefetches into L2)"
+                 ? " (512-bit ops in two halves: F16 prefill and Q4_K decode on AVX2 tiles; decode prefetches into L2)"
              : best >= KERN_TIER_AVX512 && kern_prefetch_l2_amd512() ? " (prefill attention tiles and S24_F16 prefetch into L2)"
                                                                     : "");
 #else

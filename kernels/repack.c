@@ -587,12 +587,14 @@ static void run(core_pool *pool, void *scratch, int wtype, const kern_packed_out
     if (!ref && ptq && kern_active_tier() >= KERN_TIER_AVX512) j.ptile = kern_pack_ptq_tile_avx512(wtype);
     if (!ref && ptq && !j.ptile && kern_active_tier() >= KERN_TIER_AVX2) j.ptile = kern_pack_ptq_tile_avx2(wtype);
     if (!ref && !ptq && kern_active_tier() >= KERN_TIER_AVX512) {
-        j.tile = kern_pack_tile_avx512(wtype);
+        j.tile = T == 1 ? kern_pack_tile_dec_avx512(wtype) : kern_pack_tile_avx512(wtype);
         j.dec = kern_pack_dec_avx512(wtype, &j.dec_ng);
     }
     if (!ref && !ptq && !j.tile && kern_active_tier() >= KERN_TIER_AVX2) j.tile = kern_pack_tile_avx2(wtype);
     /* the avx2 tier's decode runs (repack_avx2.c dec_q8, dec_legacy); at the
-     * avx512 tier Zen 4 (no kern_pack_dec_avx512) keeps one group at a time */
+     * avx512 tier Zen 4 (no kern_pack_dec_avx512) keeps one group at a time:
+     * its runs of 8 there measured slower (tg32 Q4_K_M 33-37 against 51-54
+     * t/s, Q2_K 52-53 against 81-92, Q8_0 25-26 against 30-31) */
     if (!ref && !ptq && kern_active_tier() == KERN_TIER_AVX2) j.dec = kern_pack_dec_avx2(wtype, &j.dec_ng);
 #endif
     if (T != 1) j.dec = NULL; /* decode only */

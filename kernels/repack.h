@@ -180,6 +180,10 @@ kern_pack_tile_fn kern_pack_tile_avx2(int wtype);
 /* the AVX-512 VNNI tile of wtype (kernels/repack_avx512.c), NULL if none
  * (the AVX2 tile serves that type at the avx512 tier) */
 kern_pack_tile_fn kern_pack_tile_avx512(int wtype);
+/* the tile for decode (T = 1) at the avx512 tier (kernels/repack_avx512.c):
+ * kern_pack_tile_avx512's, or NULL where the AVX2 tile measured faster
+ * (Q4_K on Zen 4) */
+kern_pack_tile_fn kern_pack_tile_dec_avx512(int wtype);
 /* Decode (T = 1) over ng consecutive full groups at once, gs bytes apart:
  * y[0 .. 8 ng) from the groups at w and the one activation row (a, ad, as
  * as for the tile); each group's outputs bit-identical to its tile's.  More

@@ -45,6 +45,8 @@ AI __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
 #define kern_pack_tile_avx512 kern_pack_tile_avx512_emulated
 kern_pack_tile_fn kern_pack_tile_avx512_emulated(int wtype); /* test_repack declares it too */
 #define kern_pack_dec_avx512 kern_pack_dec_avx512_emulated
+#define kern_pack_tile_dec_avx512 kern_pack_tile_dec_avx512_emulated
+kern_pack_tile_fn kern_pack_tile_dec_avx512_emulated(int wtype);
 kern_pack_dec_fn kern_pack_dec_avx512_emulated(int wtype, int *ng);
 #define kern_pack_ptq_tile_avx512 kern_pack_ptq_tile_avx512_emulated
 #define kern_pack_w8a8_tile_avx512 kern_pack_w8a8_tile_avx512_emulated
@@ -522,6 +524,18 @@ kern_pack_tile_fn kern_pack_tile_avx512(int wtype) {
     case KT_S24_F16: return ZMM_FULL ? tile_s24_f16_zmm : tile_s24_f16;
     default: return NULL;
     }
+}
+
+/* Decode (T = 1) where kern_pack_dec_avx512 has no run: the tile above,
+ * except Q4_K on Zen 4 (a zmm operation in two halves), where the AVX2
+ * tile (NULL: repack.c takes it) decodes faster.  Zen 4 (family 25 model
+ * 17), 2 threads, synthetic tinyllama-1.1b Q4_K_M tg32, 15 alternating
+ * rounds: 1.01-1.11x this tile (median 1.045), same bits; 4 int32 chains
+ * instead of 2 here measured no faster (68-77 against 76-84 t/s).  Q5_K
+ * (5 rounds: 2 for one, 3 for the other) and Q2_K (mixed) keep this one. */
+kern_pack_tile_fn kern_pack_tile_dec_avx512(int wtype) {
+    if (wtype == KT_Q4_K && !ZMM_FULL) return NULL;
+    return kern_pack_tile_avx512(wtype);
 }
 
 kern_pack_dec_fn kern_pack_dec_avx512(int wtype, int *ng) {
