@@ -326,9 +326,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--tile") && i + 1 < argc) tile = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape = argv[++i];
         else if (!strcmp(argv[i], "--step") && i + 1 < argc) {
-            if (sscanf(argv[++i], "%dx%d", &step_nh, &step_nt) != 2 || step_nh < 1 || step_nt < 1 ||
-                step_nh * step_nt > 8) {
-                fprintf(stderr, "kvant-kernels: --step wants HEADSxTILES, at most 8 in all (e.g. 4x1, 2x4)\n");
+            if (!strcmp(argv[++i], "ahead")) step_nh = -1;
+            else if (sscanf(argv[i], "%dx%d", &step_nh, &step_nt) != 2 || step_nh < 1 || step_nt < 1 ||
+                     step_nh * step_nt > 8) {
+                fprintf(stderr, "kvant-kernels: --step wants HEADSxTILES, at most 8 in all (e.g. 4x1, 2x4), or ahead\n");
                 return 2;
             }
         }
@@ -337,7 +338,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, "usage: kvant-kernels [-t THREADS] [-r REPS] [--peak] [--types F16,Q8_0,Q4_0,Q4_K,Q6_K]\n"
                             "       kvant-kernels --attn [-t THREADS] [-r REPS] [--depth 8192] [--layers 4] [--tile 0 = default]\n"
                             "                     [--shape stories110M|tinyllama|MQA] [--step HEADSxTILES: a decode step's\n"
-                            "                     KV heads and tiles per head (default: the tier's, kernels/attn_flash.c)]\n");
+                            "                     KV heads and tiles per head, or ahead: one head and tile, the next\n"
+                            "                     step's rows asked for meanwhile (default: the CPU's, kernels/attn_flash.c)]\n");
             return 2;
         }
     }
@@ -346,7 +348,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (attn) {
-        if (step_nh) kern_attn_flash_set_step(step_nh, step_nt);
+        if (step_nh > 0) kern_attn_flash_set_step(step_nh, step_nt);
+        if (step_nh) kern_attn_flash_set_ahead(step_nh < 0);
         if (!shape) attn_bench(reps);
         attn_depth_bench(threads, reps, depth, layers, tile, shape);
         return 0;

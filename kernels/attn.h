@@ -130,5 +130,10 @@ int64_t kern_attn_flash_split_calls(void);
  * tiles each at once (nh nt <= 8); 0, 0 = the measured default of the
  * active tier.  No result depends on it; for tests and benchmarks */
 void kern_attn_flash_set_step(int nh, int nt);
+/* whether decoding steps over rows read in place take one head and one
+ * tile each while asking for the next step's rows into L2 a slice at a
+ * time (1), or the step shape above (0); -1 = the measured default (1 on
+ * Zen 4).  No result depends on it; for tests and benchmarks */
+void kern_attn_flash_set_ahead(int on);
 
 #endif

@@ -329,6 +329,7 @@ typedef struct {
     bool split;
     int n_items, nth, c0, ps, pe, n_groups, hg;
     int step_nh, step_nt; /* a decode step's heads and tiles per head (range_heads) */
+    bool ahead;           /* in place, decode_ahead: steps of one head and tile, the next asked for (range_ahead) */
     size_t slot_floats, q_floats;
     _Atomic int next;
 } flash_job;
@@ -385,10 +386,10 @@ static inline void prefetch_run(const uint8_t *p, size_t n, bool l2) {
         for (size_t o = 0; o < n + skew; o += 64) __builtin_prefetch(p - skew + o);
 }
 
-/* ask for head hk's K and V runs of positions [p0, p0 + n) of an
- * in-place tile (j->in_place), block by block, into L2 or L1
- * (prefetch_run) */
-static void prefetch_tile(const flash_job *j, int hk, int p0, int n, bool l2) {
+/* ask for head hk's K (what 1), V (what 2) or both (3) runs of positions
+ * [p0, p0 + n) of an in-place tile (j->in_place), block by block, into L2
+ * or L1 (prefetch_run) */
+static void prefetch_tile_kv(const flash_job *j, int hk, int p0, int n, bool l2, int what) {
     const kern_kv_view *kv = j->kv;
     int64_t e0;
     const size_t hoff = kern_kv_head_offset(kv, hk, j->d->D, &e0);
@@ -397,10 +398,18 @@ static void prefetch_tile(const flash_job *j, int hk, int p0, int n, bool l2) {
     for (int jj = 0; jj < n;) {
         const int p = p0 + jj, slot = p % kv->block_size;
         const int cnt = kv->block_size - slot < n - jj ? kv->block_size - slot : n - jj;
-        prefetch_run(view_row(kv, kv->k_base, p) + hb, (size_t)cnt * kbytes, l2);
-        prefetch_run(view_row(kv, kv->v_base, p) + hv, (size_t)cnt * vbytes, l2);
+        if (what & 1) prefetch_run(view_row(kv, kv->k_base, p) + hb, (size_t)cnt * kbytes, l2);
+        if (what & 2) prefetch_run(view_row(kv, kv->v_base, p) + hv, (size_t)cnt * vbytes, l2);
         jj += cnt;
     }
+}
+static void prefetch_tile(const flash_job *j, int hk, int p0, int n, bool l2) { prefetch_tile_kv(j, hk, p0, n, l2, 3); }
+
+/* share k of ns (positions nx[2] k / ns .. nx[2] (k + 1) / ns) of the next
+ * step nx = {head, p0, n}: its K (what 1) or V (what 2) runs, into L2 */
+static void prefetch_share(const flash_job *j, const int *nx, int k, int ns, int what) {
+    const int a = nx[2] * k / ns, b = nx[2] * (k + 1) / ns;
+    if (b > a) prefetch_tile_kv(j, nx[0], nx[1] + a, b - a, true, what);
 }
 
 /* kp[jj] = K row p0+jj (rotated when rope_k), the zero row for n <= jj <
@@ -585,6 +594,31 @@ static void range_tile(const flash_job *j, float *sc, const float *Qs, int t0, i
     tile_pv(j, sc, 0, r0, R, 0, n, A, 0);
 }
 
+/* One decode step of one head and one tile (split_item where j->ahead):
+ * range_tile's arithmetic, slot 0, while the next step's runs (nx = {head,
+ * p0, n}, or NULL) are asked for into L2: its K during these scores, its V
+ * during this P.V, a share before each slice of FLASH_SLICE keys
+ * (prefetch_share), so the requests come at the pace the lines are used,
+ * never as a burst; the tile's own runs are asked for as it loads.
+ * Measured: decode_ahead. */
+static void range_ahead(const flash_job *j, float *sc, const float *Qs, int hk, int p0, int n, int first, float *m,
+                        float *l, float *A, const int *nx) {
+    const int R = j->d->T * j->L.G, nc = round8(n);
+    load_tile(j, sc, 0, hk, p0, n, nc, first, true);
+    const int t_first = p0 - j->d->q_pos0 > 0 ? p0 - j->d->q_pos0 : 0;
+    if (t_first >= j->d->T) return; /* no query reaches this tile */
+    const int r0 = t_first * j->L.G, ns = (nc + FLASH_SLICE - 1) / FLASH_SLICE, nv = (n + FLASH_SLICE - 1) / FLASH_SLICE;
+    for (int s0 = 0, k = 0; s0 < nc; s0 += FLASH_SLICE, k++) {
+        if (nx) prefetch_share(j, nx, k, ns, 1);
+        tile_scores(j, sc, 0, Qs, r0, R, s0, nc - s0 < FLASH_SLICE ? nc - s0 : FLASH_SLICE, 0);
+    }
+    tile_softmax(j, slot_S(&j->L, sc, 0), 0, r0, R, p0, n, m, l, A);
+    for (int s0 = 0, k = 0; s0 < n; s0 += FLASH_SLICE, k++) {
+        if (nx) prefetch_share(j, nx, k, nv, 2);
+        tile_pv(j, sc, 0, r0, R, s0, n - s0 < FLASH_SLICE ? n - s0 : FLASH_SLICE, A, 0);
+    }
+}
+
 /* One decode step (split_item, rows read in place): nh KV heads hk0 ..
  * at once, each over its nt tiles from p0 (those before pe), nh nt <=
  * FLASH_SLOTS; range_tile's arithmetic per head and tile (Qs[h] the head's
@@ -749,6 +783,17 @@ static void split_item(const flash_job *j, float *sc, int i) {
     }
     const int a = c * j->chunk > j->ps ? c * j->chunk : j->ps, b = (c + 1) * j->chunk < j->pe ? (c + 1) * j->chunk : j->pe;
     const int first = kern_attn_first_pos(j->d, j->d->q_pos0);
+    if (j->ahead) { /* (tile, head) steps, each asking for the next's runs: range_ahead */
+        for (int p0 = a; p0 < b; p0 += j->L.tile)
+            for (int hk = hk0; hk < hk1; hk++) {
+                float *slot = head_slot(j, i, hk - hk0);
+                const int nh = hk + 1 < hk1 ? hk + 1 : hk0, np0 = hk + 1 < hk1 ? p0 : p0 + j->L.tile;
+                const int nx[3] = {nh, np0, b - np0 < j->L.tile ? b - np0 : j->L.tile};
+                range_ahead(j, sc, Qg + (size_t)(hk - hk0) * qh, hk, p0, b - p0 < j->L.tile ? b - p0 : j->L.tile,
+                            first, slot, slot + lo, slot + ao, np0 < b ? nx : NULL);
+            }
+        return;
+    }
     /* heads per range_heads (0: range_tile) and tiles per head; the step's
      * extra slots have room for FLASH_NH_ROWS rows */
     const bool fits = R <= FLASH_NH_ROWS;
@@ -846,6 +891,23 @@ void kern_attn_flash_set_step(int nh, int nt) {
     atomic_store(&g_step_nh, nh);
     atomic_store(&g_step_nt, nt);
 }
+/* Whether decode steps are range_ahead's (one head and tile, the next
+ * step's runs asked for into L2 a slice at a time) rather than
+ * range_heads': on Zen 4 (kern_prefetch_l2), where that walk was tuned
+ * (stories110M at depth 8192: the next step asked for 94-95 t/s against
+ * 77-85 with bursts, 72-85 without the tile's own prefetch).  Range_heads'
+ * 4-head steps (the avx512 tier's, tuned on Zen 5) took its place there
+ * unmeasured; back on Zen 4 (family 25 model 17, 2 threads, synthetic
+ * stories110M Q8_0, kvant bench -p 0 -n 32 -r 2 -d 8192, 4 alternating
+ * rounds): 71.2-82.6 t/s against 38.9-46.0 with the 4-head steps;
+ * kvant-kernels --attn -t 2 --depth 8192 --layers 12: 913-920 us per
+ * layer against 1984.  kern_attn_flash_set_ahead overrides it. */
+static _Atomic int g_ahead = -1;
+void kern_attn_flash_set_ahead(int on) { atomic_store(&g_ahead, on < 0 ? -1 : on != 0); }
+static bool decode_ahead(void) {
+    const int a = atomic_load(&g_ahead);
+    return a < 0 ? kern_prefetch_l2() : a != 0;
+}
 static void decode_step(int *nh, int *nt) {
     *nh = atomic_load(&g_step_nh), *nt = atomic_load(&g_step_nt);
     if (*nh) return;
@@ -873,6 +935,7 @@ void kern_attn_flash(core_pool *pool, void *scratch, const float *q, const kern_
                  kv->row_bytes == (size_t)d->D * (j.f16_k ? 2 : 4);
     j.pf_l2 = kern_prefetch_l2_amd512();
     decode_step(&j.step_nh, &j.step_nt);
+    j.ahead = j.in_place && decode_ahead();
     j.n_qb = (d->T + j.L.Tq - 1) / j.L.Tq;
     j.n_units = j.n_qb * d->Hkv;
     j.chunk = d->split < 0 ? INT_MAX / 2 / j.L.tile * j.L.tile

@@ -555,11 +555,14 @@ static void test_flash_rows_batch_invariant(void **state) {
  * GQA and MQA, a D with a tail of 8, KV blocks of 16 and 5, the default
  * tile and a small one (more tiles per chunk than a step takes), chunks
  * that end inside a step, a query alone and a block of 3, 1-3 threads,
- * each tier; and the step path did run (kern_attn_flash_split_calls). */
+ * each tier; range_ahead's steps likewise (one head and tile, the next
+ * step's rows asked for: "step 0x0"); and the step path did run
+ * (kern_attn_flash_split_calls). */
 static void test_flash_decode_step_shapes(void **state) {
     (void)state;
     const int shapes[][3] = {{16, 16, 64}, {16, 4, 64}, {8, 1, 64}, {12, 12, 40}}; /* H, Hkv, D */
-    const int steps[][2] = {{1, 1}, {4, 1}, {2, 4}, {1, 8}, {3, 2}, {8, 1}};      /* heads, tiles per head */
+    const int steps[][2] = {{1, 1}, {4, 1}, {2, 4}, {1, 8}, {3, 2}, {8, 1}, {0, 0}}; /* heads, tiles per head; */
+    /* 0, 0: range_ahead's steps (kern_attn_flash_set_ahead) */
     const int types[] = {KT_F16, KT_F32}, layouts[] = {HEADS16, HEADS5}, tiles_[] = {0, 24};
     const int P = 300, rows[] = {0, 63, 64, 200, 297};
     kern_tier tl[2];
@@ -583,9 +586,11 @@ static void test_flash_decode_step_shapes(void **state) {
                     /* chunks of 96 or 128 positions: several per decode, so even MQA splits */
                     const kern_attn_dims all = {.T = P, .H = H, .Hkv = Hkv, .D = D, .tile = tiles_[ki], .split = 96};
                     kern_attn_flash_set_step(1, 1);
+                    kern_attn_flash_set_ahead(0);
                     run_flash(2, q, &c.v, full, &all);
                     for (size_t st = 0; st < sizeof steps / sizeof *steps; st++) {
                         kern_attn_flash_set_step(steps[st][0], steps[st][1]);
+                        kern_attn_flash_set_ahead(!steps[st][0]);
                         for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++) {
                             const int t = rows[ri], n = 1 + (int)(ri % 2) * 2, threads = 1 + (int)((ri + st) % 3);
                             const kern_attn_dims blk = {.T = n, .H = H, .Hkv = Hkv, .D = D, .q_pos0 = t,
@@ -603,6 +608,7 @@ static void test_flash_decode_step_shapes(void **state) {
                 }
             }
             kern_attn_flash_set_step(0, 0);
+            kern_attn_flash_set_ahead(-1);
             kern_set_tier(kern_best_tier());
             cache_free(&c);
             free(q); free(K); free(V); free(full); free(part);
