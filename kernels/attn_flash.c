@@ -329,7 +329,7 @@ typedef struct {
     bool split;
     int n_items, nth, c0, ps, pe, n_groups, hg;
     int step_nh, step_nt; /* a decode step's heads and tiles per head (range_heads) */
-    bool ahead;           /* in place, decode_ahead: steps of one head and tile, the next asked for (range_ahead) */
+    bool ahead;           /* in place, decode_ahead: one head and tile per step, the next asked for (range_tile nx) */
     size_t slot_floats, q_floats;
     _Atomic int next;
 } flash_job;
@@ -580,42 +580,31 @@ static void tile_softmax(const flash_job *j, float *S, int t0, int r0, int R, in
 /* One tile [p0, p0 + n) of the online softmax of the unit's rows (queries
  * t0 .. t1-1 of KV head hk, scaled in Qs): load it, then S = Qs . K^T,
  * per row m, l and A brought up to date (see the top), A += S . V.  A row
- * whose query sees nothing of the range keeps m = -inf, l = 0, A = 0. */
+ * whose query sees nothing of the range keeps m = -inf, l = 0, A = 0.
+ * nx: NULL, or the next decode step's {head, p0, n} (split_item where
+ * j->ahead), whose K runs are asked for into L2 during these scores and
+ * its V runs during this P.V: the products then run in slices of
+ * FLASH_SLICE keys, each after its share of the runs (prefetch_share), so
+ * the requests come at the pace the lines are used, never as a burst.
+ * Slices give the bits of the whole (tile_scores).  Measured: decode_ahead. */
 static void range_tile(const flash_job *j, float *sc, const float *Qs, int t0, int t1, int hk, int p0, int n,
-                       int first, float *m, float *l, float *A) {
+                       int first, float *m, float *l, float *A, const int *nx) {
     const int R = (t1 - t0) * j->L.G, nc = round8(n);
     load_tile(j, sc, 0, hk, p0, n, nc, first, true);
     /* rows whose query sees p0: q_pos0 + t >= p0 (a suffix of the rows) */
     const int t_first = p0 - j->d->q_pos0 > t0 ? p0 - j->d->q_pos0 : t0;
     if (t_first >= t1) return; /* no query of the unit reaches this tile */
     const int r0 = (t_first - t0) * j->L.G;
-    tile_scores(j, sc, 0, Qs, r0, R, 0, nc, 0);
-    tile_softmax(j, slot_S(&j->L, sc, 0), t0, r0, R, p0, n, m, l, A);
-    tile_pv(j, sc, 0, r0, R, 0, n, A, 0);
-}
-
-/* One decode step of one head and one tile (split_item where j->ahead):
- * range_tile's arithmetic, slot 0, while the next step's runs (nx = {head,
- * p0, n}, or NULL) are asked for into L2: its K during these scores, its V
- * during this P.V, a share before each slice of FLASH_SLICE keys
- * (prefetch_share), so the requests come at the pace the lines are used,
- * never as a burst; the tile's own runs are asked for as it loads.
- * Measured: decode_ahead. */
-static void range_ahead(const flash_job *j, float *sc, const float *Qs, int hk, int p0, int n, int first, float *m,
-                        float *l, float *A, const int *nx) {
-    const int R = j->d->T * j->L.G, nc = round8(n);
-    load_tile(j, sc, 0, hk, p0, n, nc, first, true);
-    const int t_first = p0 - j->d->q_pos0 > 0 ? p0 - j->d->q_pos0 : 0;
-    if (t_first >= j->d->T) return; /* no query reaches this tile */
-    const int r0 = t_first * j->L.G, ns = (nc + FLASH_SLICE - 1) / FLASH_SLICE, nv = (n + FLASH_SLICE - 1) / FLASH_SLICE;
-    for (int s0 = 0, k = 0; s0 < nc; s0 += FLASH_SLICE, k++) {
+    const int ss = nx ? FLASH_SLICE : nc, ns = (nc + ss - 1) / ss; /* score slices */
+    for (int s0 = 0, k = 0; s0 < nc; s0 += ss, k++) {
         if (nx) prefetch_share(j, nx, k, ns, 1);
-        tile_scores(j, sc, 0, Qs, r0, R, s0, nc - s0 < FLASH_SLICE ? nc - s0 : FLASH_SLICE, 0);
+        tile_scores(j, sc, 0, Qs, r0, R, s0, nc - s0 < ss ? nc - s0 : ss, 0);
     }
-    tile_softmax(j, slot_S(&j->L, sc, 0), 0, r0, R, p0, n, m, l, A);
-    for (int s0 = 0, k = 0; s0 < n; s0 += FLASH_SLICE, k++) {
+    tile_softmax(j, slot_S(&j->L, sc, 0), t0, r0, R, p0, n, m, l, A);
+    const int vs = nx ? FLASH_SLICE : n, nv = (n + vs - 1) / vs; /* P.V slices */
+    for (int s0 = 0, k = 0; s0 < n; s0 += vs, k++) {
         if (nx) prefetch_share(j, nx, k, nv, 2);
-        tile_pv(j, sc, 0, r0, R, s0, n - s0 < FLASH_SLICE ? n - s0 : FLASH_SLICE, A, 0);
+        tile_pv(j, sc, 0, r0, R, s0, n - s0 < vs ? n - s0 : vs, A, 0);
     }
 }
 
@@ -667,7 +656,8 @@ static void unit_range(const flash_job *j, float *sc, int t0, int t1, int hk, in
     range_start((t1 - t0) * j->L.G, j->L.Dp, m, l, A);
     const int first = kern_attn_first_pos(j->d, j->d->q_pos0 + t0);
     for (int p0 = ps; p0 < pe; p0 += j->L.tile)
-        range_tile(j, sc, sc + j->L.qs, t0, t1, hk, p0, pe - p0 < j->L.tile ? pe - p0 : j->L.tile, first, m, l, A);
+        range_tile(j, sc, sc + j->L.qs, t0, t1, hk, p0, pe - p0 < j->L.tile ? pe - p0 : j->L.tile, first, m, l, A,
+                   NULL);
 }
 
 /* Folds one chunk's partial (m, l, A: unit_range's) into the running
@@ -783,14 +773,15 @@ static void split_item(const flash_job *j, float *sc, int i) {
     }
     const int a = c * j->chunk > j->ps ? c * j->chunk : j->ps, b = (c + 1) * j->chunk < j->pe ? (c + 1) * j->chunk : j->pe;
     const int first = kern_attn_first_pos(j->d, j->d->q_pos0);
-    if (j->ahead) { /* (tile, head) steps, each asking for the next's runs: range_ahead */
+    if (j->ahead) { /* (tile, head) steps, each asking for the next's runs: range_tile's nx */
         for (int p0 = a; p0 < b; p0 += j->L.tile)
             for (int hk = hk0; hk < hk1; hk++) {
                 float *slot = head_slot(j, i, hk - hk0);
                 const int nh = hk + 1 < hk1 ? hk + 1 : hk0, np0 = hk + 1 < hk1 ? p0 : p0 + j->L.tile;
                 const int nx[3] = {nh, np0, b - np0 < j->L.tile ? b - np0 : j->L.tile};
-                range_ahead(j, sc, Qg + (size_t)(hk - hk0) * qh, hk, p0, b - p0 < j->L.tile ? b - p0 : j->L.tile,
-                            first, slot, slot + lo, slot + ao, np0 < b ? nx : NULL);
+                range_tile(j, sc, Qg + (size_t)(hk - hk0) * qh, 0, j->d->T, hk, p0,
+                           b - p0 < j->L.tile ? b - p0 : j->L.tile, first, slot, slot + lo, slot + ao,
+                           np0 < b ? nx : NULL);
             }
         return;
     }
@@ -804,7 +795,7 @@ static void split_item(const flash_job *j, float *sc, int i) {
             for (int hk = hk0; hk < hk1; hk++) {
                 float *slot = head_slot(j, i, hk - hk0);
                 range_tile(j, sc, Qg + (size_t)(hk - hk0) * qh, 0, j->d->T, hk, p0, n, first, slot, slot + lo,
-                           slot + ao);
+                           slot + ao, NULL);
             }
             continue;
         }
@@ -891,8 +882,8 @@ void kern_attn_flash_set_step(int nh, int nt) {
     atomic_store(&g_step_nh, nh);
     atomic_store(&g_step_nt, nt);
 }
-/* Whether decode steps are range_ahead's (one head and tile, the next
- * step's runs asked for into L2 a slice at a time) rather than
+/* Whether decode steps take one head and one tile, the next step's runs
+ * asked for into L2 a slice at a time (range_tile's nx), rather than
  * range_heads': on Zen 4 (kern_prefetch_l2), where that walk was tuned
  * (stories110M at depth 8192: the next step asked for 94-95 t/s against
  * 77-85 with bursts, 72-85 without the tile's own prefetch).  Range_heads'

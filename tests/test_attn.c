@@ -555,14 +555,14 @@ static void test_flash_rows_batch_invariant(void **state) {
  * GQA and MQA, a D with a tail of 8, KV blocks of 16 and 5, the default
  * tile and a small one (more tiles per chunk than a step takes), chunks
  * that end inside a step, a query alone and a block of 3, 1-3 threads,
- * each tier; range_ahead's steps likewise (one head and tile, the next
+ * each tier; the ahead steps likewise (one head and tile, the next
  * step's rows asked for: "step 0x0"); and the step path did run
  * (kern_attn_flash_split_calls). */
 static void test_flash_decode_step_shapes(void **state) {
     (void)state;
     const int shapes[][3] = {{16, 16, 64}, {16, 4, 64}, {8, 1, 64}, {12, 12, 40}}; /* H, Hkv, D */
     const int steps[][2] = {{1, 1}, {4, 1}, {2, 4}, {1, 8}, {3, 2}, {8, 1}, {0, 0}}; /* heads, tiles per head; */
-    /* 0, 0: range_ahead's steps (kern_attn_flash_set_ahead) */
+    /* 0, 0: the ahead steps (kern_attn_flash_set_ahead) */
     const int types[] = {KT_F16, KT_F32}, layouts[] = {HEADS16, HEADS5}, tiles_[] = {0, 24};
     const int P = 300, rows[] = {0, 63, 64, 200, 297};
     kern_tier tl[2];
