@@ -19,6 +19,11 @@
  *   pv      each output element is one FMA chain over j in order; 16
  *           elements per zmm instead of 8 per ymm, or 8 rows per block
  *           instead of 4, changes nothing.
+ * Measured and not taken (Zen 4, family 25 model 17, 2026-12-07): the
+ * queries stored twice per 8 elements so that a query chunk is one load,
+ * not a broadcast, and the tree on in-lane shuffles: from L1 8-row scores
+ * 2.68 against 2.27 G zmm FMA/s, 1 row 1.44 against 1.35, same bits; the
+ * decode kernel and the prefill at depth level (bench/depth_speed.md).
  * Compiled with the AVX-512 flags (F, BW, VL, DQ); used at the avx512
  * tier only. */
 #if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__F16C__) && defined(__FMA__)

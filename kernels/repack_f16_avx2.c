@@ -20,8 +20,10 @@
  * flight outnumber the L1's miss buffers, and on Zen 4 (family 25 model
  * 17) T1 decoded F16 at 16.5-17.2 t/s against 14.8-15.9 with T0, BF16 at
  * 16.5-17.1 against 14.5-14.9 (alternating kvant bench tg32; kvant-kernels,
- * one thread: 27-29 GB/s against 19-20).  Prefill reuses each group from
- * cache. */
+ * one thread: 27-29 GB/s against 19-20).  4 streams per thread, with or
+ * without the prefetch, were level with 8 there (2026-12-07, 10
+ * alternating rounds; bench/tier_speed.md).  Prefill reuses each group
+ * from cache. */
 #define F16_PF 1024
 
 /* 8 rows' element k as floats */
