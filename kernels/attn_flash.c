@@ -403,7 +403,6 @@ static void prefetch_tile_kv(const flash_job *j, int hk, int p0, int n, bool l2,
         jj += cnt;
     }
 }
-static void prefetch_tile(const flash_job *j, int hk, int p0, int n, bool l2) { prefetch_tile_kv(j, hk, p0, n, l2, 3); }
 
 /* share k of ns (positions nx[2] k / ns .. nx[2] (k + 1) / ns) of the next
  * step nx = {head, p0, n}: its K (what 1) or V (what 2) runs, into L2 */
@@ -441,7 +440,7 @@ static void load_tile(const flash_job *j, float *sc, int h, int hk, int p0, int 
          * 58-64 t/s with prefetcht2 against 44-51 with prefetcht0,
          * tinyllama-1.1b at 27 against 23 (alternating kvant bench -d 8192
          * runs); the Intel Xeon was tuned with prefetcht0 */
-        if (pf) prefetch_tile(j, hk, p0 + jj, n - jj, j->pf_l2);
+        if (pf) prefetch_tile_kv(j, hk, p0 + jj, n - jj, j->pf_l2, 3);
         while (jj < n) {
             const int p = p0 + jj, slot = p % kv->block_size;
             const int cnt = kv->block_size - slot < n - jj ? kv->block_size - slot : n - jj;
