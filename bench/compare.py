@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side-by-side prefill/decode benchmark: kvant vs llama.cpp's llama-bench.
 
-usage: bench/compare.py --llama-bench PATH [--kvant build/kvant] [-t 2] [-p 512] [-n 128] [-r 3]
+usage: bench/compare.py --llama-bench PATH [--kvant build/kvant] [-t 2] [-p 512] [-n 128] [-r 3] [--rounds K]
                         [-d 0,2048,8192] [--fa off,on] [--tiers avx2,avx512] [--tg-only]
                         MODEL.gguf|KVANT.gguf=LLAMA.gguf [...]
 
@@ -35,8 +35,17 @@ roofline counts.  --fa off,on runs llama-bench once per flash-attention
 setting (one column and one ratio each); without it llama-bench's default.
 --tiers avx2,avx512 runs kvant once per kernel tier (KVANT_TIER), with the
 ratio of the last to the first.
+
+--rounds K measures every row K times, the two programs alternating (round
+1 runs kvant first, round 2 llama.cpp first, ...), each round between its
+own two meter readings.  A cell is then the median of the rounds (min-max
+after it) instead of one run's mean +- sd, and a ratio or roofline fraction
+is the median of the rounds' own ratios: on these machines the memory
+doubles or halves its speed between minutes, so one pass of each program
+can land them in different states (a Zen 4 stories110M row at depth 8192
+read 1.67x and 2.24x in two rounds ten minutes apart).
 """
-import argparse, json, os, struct, subprocess, sys
+import argparse, json, os, statistics, subprocess
 
 
 def gguf_weight_bytes(path):
@@ -107,19 +116,52 @@ ap.add_argument("--tg-only", action="store_true", help="decode (tg) rows only, n
 ap.add_argument("-d", "--depth", default="0", help="comma-separated depths (tokens already cached)")
 ap.add_argument("--fa", default="", help="llama-bench flash attention settings, comma-separated (e.g. off,on)")
 ap.add_argument("--tiers", default="", help="kvant kernel tiers, comma-separated (e.g. avx2,avx512): one column each")
+ap.add_argument("--rounds", type=int, default=1,
+                help="measure each row K times, kvant and llama.cpp alternating; cells are medians (min-max)")
 ap.add_argument("models", nargs="+")
 ARGS = ap.parse_args()
+if ARGS.rounds < 1: ap.error("--rounds must be at least 1")
 KV_PER_POS = {}
 TIERS = ARGS.tiers.split(",") if ARGS.tiers else [""]
 DEPTHS = [int(d) for d in ARGS.depth.split(",")]
 FAS = ARGS.fa.split(",") if ARGS.fa else [""]
-lcol = ["llama.cpp" + (f" FA {fa}" if fa else "") for fa in FAS]
+
+
+def one_round(km, lm, test, depth, footprint, flip):
+    """one round of a row: the meter, kvant at every tier and llama.cpp at every
+    FA setting (llama.cpp first when flip), the meter again; returns kvant's and
+    llama.cpp's (t/s, sd) and the round's ceiling, the higher meter reading"""
+    bw0 = bandwidth(footprint) if test == "tg" else 0
+    runs = [("kvant", t) for t in TIERS] + [("llama", fa) for fa in FAS]
+    got = {}
+    for who, x in (runs[::-1] if flip else runs):
+        got[who, x] = run_kvant(km, test, depth, x)[:2] if who == "kvant" else run_llama(lm, test, depth, x)
+    bw = max(bw0, bandwidth(footprint)) if test == "tg" else 0
+    return [got["kvant", t] for t in TIERS], [got["llama", fa] for fa in FAS], bw
+
+
+def cell(runs):
+    """one run: mean +- sd; several rounds: median (min-max) of their means"""
+    if len(runs) == 1: return f"{runs[0][0]:.2f} ± {runs[0][1]:.2f}"
+    v = [r[0] for r in runs]
+    return f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
+
+
+def spread(v, fmt="{:.2f}"):
+    """a value per round: the value, or median (min-max)"""
+    if len(v) == 1: return fmt.format(v[0])
+    return f"{fmt.format(statistics.median(v))} ({fmt.format(min(v))}-{fmt.format(max(v))})"
+
 
 kcol = ["kvant" + (f" {t}" if t else "") for t in TIERS]
+lcol = ["llama.cpp" + (f" FA {fa}" if fa else "") for fa in FAS]
 head = ["model", "test"] + [f"{c} t/s" for c in kcol] + [f"{c} ms/token" for c in kcol] + [f"{c} t/s" for c in lcol]
 head += [f"{k} / {l}" for k in kcol for l in lcol] + ([f"{kcol[-1]} / {kcol[0]}"] if len(kcol) > 1 else [])
 head += ["KV MiB read/token", "read GB/s", "kvant roofline t/s"] + [f"{c} % of roofline" for c in kcol]
 head += [f"{c} % of its roofline" for c in lcol]
+if ARGS.rounds > 1:
+    print(f"Each cell: the median (min-max) of {ARGS.rounds} rounds, kvant and llama.cpp alternating;"
+          " a ratio or % is the median of the rounds' own.\n")
 print("| " + " | ".join(head) + " |")
 print("| --- | --- | " + " | ".join("---:" for _ in head[2:]) + " |")
 for m in ARGS.models:
@@ -132,19 +174,21 @@ for m in ARGS.models:
             if test == "tg" and m not in KV_PER_POS:  # KV bytes per cached position, for the meter's buffer
                 KV_PER_POS[m] = run_kvant(km, "tg", 0, "", quick=True)[2]
             kvb = KV_PER_POS.get(m, 0) * (depth + ARGS.n / 2) if test == "tg" else 0  # KV read per step, on average
-            bw0 = bandwidth(wbytes + kvb) if test == "tg" else 0
-            ks = [run_kvant(km, test, depth, t) for t in TIERS]
-            ls = [run_llama(lm, test, depth, fa) for fa in FAS]
-            bw = max(bw0, bandwidth(wbytes + kvb)) if test == "tg" else 0  # the higher reading: the ceiling
+            rounds = [one_round(km, lm, test, depth, wbytes + kvb, r % 2 == 1) for r in range(ARGS.rounds)]
+            ks = [[rd[0][i] for rd in rounds] for i in range(len(TIERS))]  # per tier, per round: (t/s, sd)
+            ls = [[rd[1][i] for rd in rounds] for i in range(len(FAS))]
+            bws = [rd[2] for rd in rounds]
             name = f"{test}{ARGS.p if test == 'pp' else ARGS.n}" + (f" @ d{depth}" if depth else "")
-            roof = bw * 1e9 / (wbytes + kvb) if test == "tg" and wbytes else 0
-            lroof = bw * 1e9 / (lbytes + kvb) if test == "tg" and lbytes else 0
-            row = [label, name] + [f"{k[0]:.2f} ± {k[1]:.2f}" for k in ks] + [f"{1e3 / k[0]:.2f}" for k in ks]
-            row += [f"{l[0]:.2f} ± {l[1]:.2f}" for l in ls] + [f"{k[0] / l[0]:.2f}" for k in ks for l in ls]
-            row += [f"{ks[-1][0] / ks[0][0]:.2f}"] if len(ks) > 1 else []
-            if roof:
-                row += [f"{kvb / 2**20:.1f}", f"{bw:.1f}", f"{roof:.1f}"] + [f"{100 * k[0] / roof:.0f}%" for k in ks]
-                row += [f"{100 * l[0] / lroof:.0f}%" for l in ls]
+            row = [label, name] + [cell(k) for k in ks]
+            row += [f"{1e3 / statistics.median([r[0] for r in k]):.2f}" for k in ks] + [cell(l) for l in ls]
+            row += [spread([a[0] / b[0] for a, b in zip(k, l)]) for k in ks for l in ls]
+            row += [spread([a[0] / b[0] for a, b in zip(ks[-1], ks[0])])] if len(ks) > 1 else []
+            if test == "tg" and wbytes and all(bws):
+                roofs = [bw * 1e9 / (wbytes + kvb) for bw in bws]  # each round's own ceiling
+                lroofs = [bw * 1e9 / (lbytes + kvb) for bw in bws]
+                row += [f"{kvb / 2**20:.1f}", spread(bws, "{:.1f}"), spread(roofs, "{:.1f}")]
+                row += [spread([100 * a[0] / r for a, r in zip(k, roofs)], "{:.0f}%") for k in ks]
+                row += [spread([100 * a[0] / r for a, r in zip(l, lroofs)], "{:.0f}%") for l in ls]
             else:
                 row += ["-"] * (3 + len(ks) + len(ls))
             print("| " + " | ".join(row) + " |", flush=True)

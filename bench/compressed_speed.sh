@@ -12,7 +12,8 @@
 # type, as kvant's PTQ files have), then bench/compare.py runs each pair
 # interleaved with the bandwidth measured beside every decode row (the
 # roofline: read bandwidth / the file's bytes read per token).  Env: T
-# (threads, 2), P (prefill tokens, 512), N (decode tokens, 64), R (reps, 3).
+# (threads, 2), P (prefill tokens, 512), N (decode tokens, 64), R (reps, 3),
+# ROUNDS (1; K > 1: every row K times alternating, medians).
 set -eu
 LB=${1:?usage: bench/compressed_speed.sh LLAMA_BIN_DIR [DIR]}
 D=${2:-/tmp/compressed-speed}
@@ -38,7 +39,7 @@ for t in Q2_K Q3_K_S Q4_0 Q4_1 Q5_1 Q6_K Q8_0; do
     [ -f "$D/ll-$t.gguf" ] || "$LB/llama-quantize" --pure "$F" "$D/ll-$t.gguf" "$t" "$T" > /dev/null 2>&1
 done
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $T threads; model: SYNTHETIC tinyllama-1.1b (random weights)"
-python3 bench/compare.py --llama-bench "$LB/llama-bench" --kvant "$K" -t "$T" -p "$P" -n "$N" -r "$R" \
+python3 bench/compare.py --llama-bench "$LB/llama-bench" --kvant "$K" -t "$T" -p "$P" -n "$N" -r "$R" --rounds "${ROUNDS:-1}" \
     "$D/tl-z2g32.gguf=$D/ll-Q2_K.gguf" "$D/tl-z3g32.gguf=$D/ll-Q3_K_S.gguf" \
     "$D/tl-a4g32.gguf=$D/ll-Q4_0.gguf" "$D/tl-z4g32.gguf=$D/ll-Q4_1.gguf" "$D/tl-z4g128.gguf=$D/ll-Q4_1.gguf" \
     "$D/tl-z5g32.gguf=$D/ll-Q5_1.gguf" "$D/tl-a6g32.gguf=$D/ll-Q6_K.gguf" "$D/tl-a8c.gguf=$D/ll-Q8_0.gguf" \

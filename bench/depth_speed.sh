@@ -11,7 +11,8 @@
 # beside each row (kvant-stream), F16 K/V for both.  A row's roofline
 # counts the weights and the K/V of D + N/2 positions read per token.
 # Env: T (threads, 2), N (decode tokens, 32), R (reps, 2), DEPTHS
-# (0,2048,8192,16384), MODELS (stories110M tinyllama-1.1b).
+# (0,2048,8192,16384), MODELS (stories110M tinyllama-1.1b), ROUNDS (1; K > 1:
+# every row K times, kvant and llama.cpp alternating, medians).
 set -eu
 LB=${1:?usage: bench/depth_speed.sh LLAMA_BIN_DIR [DIR]}
 D=${2:-/tmp/depth-speed}
@@ -27,5 +28,5 @@ done
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $T threads; models: SYNTHETIC (random weights) Q8_0, F16 K/V"
 "$K" --version | tail -1
 # shellcheck disable=SC2086
-python3 bench/compare.py --llama-bench "$LB/llama-bench" --kvant "$K" -t "$T" -n "$N" -r "$R" --tg-only \
+python3 bench/compare.py --llama-bench "$LB/llama-bench" --kvant "$K" -t "$T" -n "$N" -r "$R" --rounds "${ROUNDS:-1}" --tg-only \
     -d "$DEPTHS" --fa off,on $files

@@ -10,7 +10,8 @@
 # then bench/compare.py --tg-only --tiers runs kvant at every tier and
 # llama-bench on the dense file of each pair (it cannot read 2:4 types),
 # interleaved, with the bandwidth measured beside each row.  Env: T (2),
-# N (32), R (3), TIERS (avx2,avx512; avx2 alone on a CPU without AVX-512).
+# N (32), R (3), TIERS (avx2,avx512; avx2 alone on a CPU without AVX-512),
+# ROUNDS (1; K > 1: every row K times alternating, medians).
 set -eu
 LB=${1:?usage: bench/sparse24_tiers.sh LLAMA_BIN_DIR [DIR]}
 D=${2:-/tmp/s24}
@@ -27,6 +28,6 @@ done
     --method magnitude --pattern 2:4 --format sparse24-q8 -t "$T" > /dev/null 2>&1
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $T threads; model: SYNTHETIC tinyllama-1.1b (random weights)"
 "$K" --version | tail -1
-python3 bench/compare.py --llama-bench "$LB/llama-bench" --kvant "$K" -t "$T" -n "$N" -r "$R" --tg-only \
+python3 bench/compare.py --llama-bench "$LB/llama-bench" --kvant "$K" -t "$T" -n "$N" -r "$R" --rounds "${ROUNDS:-1}" --tg-only \
     --tiers "$TIERS" "$D/tinyllama-F16.gguf" "$D/tinyllama-S24_F16.gguf=$D/tinyllama-F16.gguf" \
     "$D/tinyllama-Q8_0.gguf" "$D/tinyllama-S24_Q8.gguf=$D/tinyllama-Q8_0.gguf"

@@ -11,7 +11,8 @@
 # roofline from the bandwidth measured beside each row.  KVANT_TIER=avx512
 # is refused on a CPU without AVX-512: there set TIERS=avx2 (one kvant
 # column, beside llama.cpp).  Env: T (2), P (512), N (128), R (2),
-# TIERS (avx2,avx512), TYPES (F16 BF16 Q8_0 Q6_K Q4_K_M Q4_0 Q3_K_S Q2_K).
+# TIERS (avx2,avx512), TYPES (F16 BF16 Q8_0 Q6_K Q4_K_M Q4_0 Q3_K_S Q2_K),
+# ROUNDS (1; K > 1: every row K times alternating, medians).
 set -eu
 LB=${1:?usage: bench/tier_speed.sh LLAMA_BIN_DIR [DIR]}
 D=${2:-/tmp/tier-speed}
@@ -30,5 +31,5 @@ done
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $T threads; model: SYNTHETIC tinyllama-1.1b (random weights)"
 "$K" --version | tail -1
 # shellcheck disable=SC2086
-python3 bench/compare.py --llama-bench "$LB/llama-bench" --kvant "$K" -t "$T" -p "$P" -n "$N" -r "$R" \
+python3 bench/compare.py --llama-bench "$LB/llama-bench" --kvant "$K" -t "$T" -p "$P" -n "$N" -r "$R" --rounds "${ROUNDS:-1}" \
     --tiers "$TIERS" $files
