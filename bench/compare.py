@@ -43,7 +43,7 @@ after it) instead of one run's mean +- sd, and a ratio or roofline fraction
 is the median of the rounds' own ratios: on these machines the memory
 doubles or halves its speed between minutes, so one pass of each program
 can land them in different states (a Zen 4 stories110M row at depth 8192
-read 1.67x and 2.24x in two rounds ten minutes apart).
+read 1.67x and 2.24x in two rounds minutes apart).
 """
 import argparse, json, os, statistics, subprocess
 
