@@ -140,17 +140,15 @@ def one_round(km, lm, test, depth, footprint, flip):
     return [got["kvant", t] for t in TIERS], [got["llama", fa] for fa in FAS], bw
 
 
-def cell(runs):
-    """one run: mean +- sd; several rounds: median (min-max) of their means"""
-    if len(runs) == 1: return f"{runs[0][0]:.2f} ± {runs[0][1]:.2f}"
-    v = [r[0] for r in runs]
-    return f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
-
-
 def spread(v, fmt="{:.2f}"):
     """a value per round: the value, or median (min-max)"""
     if len(v) == 1: return fmt.format(v[0])
     return f"{fmt.format(statistics.median(v))} ({fmt.format(min(v))}-{fmt.format(max(v))})"
+
+
+def cell(runs):
+    """(t/s, sd) per round: one run's mean +- sd, or spread of the rounds' means"""
+    return f"{runs[0][0]:.2f} ± {runs[0][1]:.2f}" if len(runs) == 1 else spread([r[0] for r in runs])
 
 
 kcol = ["kvant" + (f" {t}" if t else "") for t in TIERS]
