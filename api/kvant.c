@@ -50,6 +50,10 @@ void kvant_model_free(kvant_model *km) {
     free(km);
 }
 
+void kvant_model_rest_threads(kvant_model *km) {
+    if (km) core_pool_rest(km->m->pool);
+}
+
 void kvant_model_get_info(const kvant_model *km, kvant_model_info *o) {
     const model *m = km->m;
     const model_config *c = &m->cfg;

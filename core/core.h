@@ -61,6 +61,11 @@ core_pool *core_pool_new(int n_threads); /* NULL on failure */
 void core_pool_free(core_pool *p);
 int  core_pool_size(const core_pool *p);
 void core_pool_run(core_pool *p, core_task_fn fn, void *ctx);
+/* The idle workers go to sleep now instead of spinning for the next job a
+ * while (the spin pays when jobs come back to back; when another pool's
+ * work comes next, it would take that pool's CPUs).  The next job wakes
+ * them as usual and clears this. */
+void core_pool_rest(core_pool *p);
 /* splits [0, n) into nth nearly equal parts; part ith is [*lo, *hi) */
 /* SplitMix64's finalizer: a well-mixed 64-bit value from any input (seeds,
  * per-row streams).  mix64(z) of consecutive z are independent-looking. */

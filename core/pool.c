@@ -22,6 +22,7 @@ struct core_pool {
     _Atomic uint64_t generation;  /* bumped per job */
     _Atomic int pending;          /* workers still running the current job */
     _Atomic bool quit;
+    _Atomic bool rest;            /* core_pool_rest: sleep now instead of spinning */
     core_task_fn fn;              /* written before generation is bumped */
     void *ctx;
 };
@@ -42,6 +43,7 @@ static uint64_t wait_job(core_pool *p, uint64_t seen) {
     for (int i = 0; i < SPIN_ROUNDS; i++) {
         uint64_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
         if (g != seen || atomic_load(&p->quit)) return g;
+        if (atomic_load_explicit(&p->rest, memory_order_relaxed)) break;
         cpu_relax();
     }
     pthread_mutex_lock(&p->mu);
@@ -103,6 +105,10 @@ void core_pool_free(core_pool *p) {
     free(p);
 }
 
+void core_pool_rest(core_pool *p) {
+    if (p) atomic_store(&p->rest, true);
+}
+
 int core_pool_size(const core_pool *p) { return p ? p->n : 1; }
 
 void core_pool_run(core_pool *p, core_task_fn fn, void *ctx) {
@@ -112,6 +118,7 @@ void core_pool_run(core_pool *p, core_task_fn fn, void *ctx) {
     }
     p->fn = fn;
     p->ctx = ctx;
+    atomic_store_explicit(&p->rest, false, memory_order_relaxed);
     atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
     pthread_mutex_lock(&p->mu); /* pairs with the sleepers' check-then-wait */
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);

@@ -31,6 +31,11 @@ kvant_model *kvant_model_open(const char *path, const kvant_model_params *p, kva
 /* path NULL: the built-in default model, stories260K (260K parameters,
  * TinyStories; MIT licence, models/LICENSE.stories260K), part of the binary. */
 void kvant_model_free(kvant_model *m);
+/* The model's idle worker threads sleep now rather than spin a few hundred
+ * microseconds for more work: call it when another model's work comes
+ * next in this process (kvant bench --vs steps two models in turn), so
+ * its threads keep the CPUs.  Its next forward wakes them as usual. */
+void kvant_model_rest_threads(kvant_model *m);
 
 typedef struct {
     const char *arch;       /* general.architecture: "llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3" */

@@ -3,6 +3,7 @@
  * bad flags and missing files, one-line errors for malformed model files,
  * `kvant info` numbers for stories260K, --no-cache giving the same text. */
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -223,6 +224,78 @@ static void test_bench_depth(void **state) {
     expect_exit(args, 2, "-d wants depths");
 }
 
+/* the n numbers of the JSON array after `key` in line (a pointer into it) */
+static void json_numbers(const char *line, const char *key, double *v, int n) {
+    const char *p = strstr(line, key);
+    assert_non_null(p);
+    p = strchr(p, '[');
+    assert_non_null(p);
+    for (int i = 0; i < n; i++) {
+        char *end;
+        v[i] = strtod(p + 1, &end);
+        assert_true(end > p + 1);
+        p = end;
+    }
+    assert_int_equal(*p, ']');
+}
+
+/* `kvant bench --vs`: per test a row for each model and a ratio row whose
+ * samples are run-by-run quotients of the two rows' samples, its median
+ * their middle one; --vs refuses the INT8 options and a missing file */
+static void test_bench_vs(void **state) {
+    (void)state;
+    int rc;
+    char args[8192];
+    const char *gguf = shared_path("models/stories260K.gguf");
+    char bin[2048], tok[2048];
+    snprintf(bin, sizeof bin, "%s", shared_path("models/stories260K.bin"));
+    snprintf(tok, sizeof tok, "%s", shared_path("models/tok512.bin"));
+    snprintf(args, sizeof args, "bench -m %s --vs %s -z %s -p 8 -n 4 -r 3 -t 2 -d 0,12 --json 2>/dev/null", gguf, bin,
+             tok);
+    char *out = kv(args, &rc);
+    assert_int_equal(rc, 0);
+    int rows = 0, ratios = 0;
+    const char *tests[] = {"\"pp8\"", "\"tg4\"", "\"pp8 @ d12\"", "\"tg4 @ d12\""};
+    for (char *line = strtok(out, "\n"), *prev[2] = {NULL, NULL}; line; line = strtok(NULL, "\n")) {
+        if (strstr(line, "\"avg_ts\"")) {
+            prev[0] = prev[1], prev[1] = line;
+            rows++;
+            continue;
+        }
+        assert_non_null(strstr(line, "\"ratio\": \"llama F32 / stories260K.bin F32\""));
+        assert_non_null(prev[0]);
+        assert_non_null(strstr(line, tests[ratios]));
+        assert_non_null(strstr(prev[0], tests[ratios]));
+        assert_non_null(strstr(prev[1], tests[ratios]));
+        assert_non_null(strstr(prev[0], "\"model\": \"llama F32\""));
+        assert_non_null(strstr(prev[1], "\"model\": \"stories260K.bin F32\""));
+        double a[3], b[3], q[3], med;
+        json_numbers(prev[0], "\"samples_ts\"", a, 3);
+        json_numbers(prev[1], "\"samples_ts\"", b, 3);
+        json_numbers(line, "\"samples\"", q, 3);
+        for (int i = 0; i < 3; i++) {
+            assert_true(a[i] > 0 && b[i] > 0);
+            if (fabs(q[i] - a[i] / b[i]) > 1e-4 + 1e-3 * q[i])
+                fail_msg("ratio sample %d: %g, want %g / %g", i, q[i], a[i], b[i]);
+        }
+        const char *m = strstr(line, "\"median\": ");
+        assert_non_null(m);
+        med = atof(m + strlen("\"median\": "));
+        int below = 0, above = 0;
+        for (int i = 0; i < 3; i++) below += q[i] < med, above += q[i] > med;
+        assert_true(below <= 1 && above <= 1);
+        prev[0] = prev[1] = NULL;
+        ratios++;
+    }
+    assert_int_equal(rows, 8);
+    assert_int_equal(ratios, 4);
+    free(out);
+    snprintf(args, sizeof args, "bench -m %s --vs %s --w8a8", gguf, gguf);
+    expect_exit(args, 2, "--vs compares two model files");
+    snprintf(args, sizeof args, "bench -m %s --vs /nonexistent/b.gguf -n 1 -p 0", gguf);
+    expect_exit(args, 2, "/nonexistent/b.gguf");
+}
+
 /* `kvant prune --iterative` runs the training loop's masked fine-tuning and
  * reaches the asked sparsity of the layer matrices (reported on stderr). */
 static void test_prune_iterative(void **state) {
@@ -280,6 +353,7 @@ int main(void) {
         cmocka_unit_test(test_malformed_llama2c),
         cmocka_unit_test(test_info_stories260k),
         cmocka_unit_test(test_bench_depth),
+        cmocka_unit_test(test_bench_vs),
         cmocka_unit_test(test_run_modes),
         cmocka_unit_test(test_builtin_model),
         cmocka_unit_test(test_prune_iterative),

@@ -323,6 +323,21 @@ static void test_pool(void **state) {
     for (int r = 0; r < 100; r++) core_pool_run(p, task_count, hits);
     for (int i = 0; i < 4; i++) assert_int_equal(hits[i], 100);
     assert_int_equal(hits[63], 4 * 4 * 100);
+    /* resting between jobs (core_pool_rest, kvant bench --vs): every job
+     * still runs once on each thread, two pools taking turns */
+    core_pool *q = core_pool_new(3);
+    int qh[64] = {0};
+    for (int r = 0; r < 50; r++) {
+        core_pool_run(p, task_count, hits);
+        core_pool_rest(p);
+        core_pool_run(q, task_count, qh);
+        if (r & 1) core_pool_rest(q);
+    }
+    for (int i = 0; i < 4; i++) assert_int_equal(hits[i], 150);
+    for (int i = 0; i < 3; i++) assert_int_equal(qh[i], 50);
+    assert_int_equal(qh[3], 0);
+    core_pool_rest(q); /* a resting pool is freed as any other */
+    core_pool_free(q);
     core_pool_free(p);
     int64_t lo, hi, total = 0;
     for (int i = 0; i < 3; i++) { core_split(10, i, 3, &lo, &hi); total += hi - lo; }
