@@ -577,7 +577,8 @@ static void tile_softmax(const flash_job *j, float *S, int t0, int r0, int R, in
 }
 
 /* One tile [p0, p0 + n) of the online softmax of the unit's rows (queries
- * t0 .. t1-1 of KV head hk, scaled in Qs): load it, then S = Qs . K^T,
+ * t0 .. t1-1 of KV head hk, scaled in Qs): load it (pf: asking for its
+ * own runs, load_tile), then S = Qs . K^T,
  * per row m, l and A brought up to date (see the top), A += S . V.  A row
  * whose query sees nothing of the range keeps m = -inf, l = 0, A = 0.
  * nx: NULL, or the next decode step's {head, p0, n} (split_item where
@@ -587,9 +588,9 @@ static void tile_softmax(const flash_job *j, float *S, int t0, int r0, int R, in
  * the requests come at the pace the lines are used, never as a burst.
  * Slices give the bits of the whole (tile_scores).  Measured: decode_ahead. */
 static void range_tile(const flash_job *j, float *sc, const float *Qs, int t0, int t1, int hk, int p0, int n,
-                       int first, float *m, float *l, float *A, const int *nx) {
+                       int first, float *m, float *l, float *A, bool pf, const int *nx) {
     const int R = (t1 - t0) * j->L.G, nc = round8(n);
-    load_tile(j, sc, 0, hk, p0, n, nc, first, true);
+    load_tile(j, sc, 0, hk, p0, n, nc, first, pf);
     /* rows whose query sees p0: q_pos0 + t >= p0 (a suffix of the rows) */
     const int t_first = p0 - j->d->q_pos0 > t0 ? p0 - j->d->q_pos0 : t0;
     if (t_first >= t1) return; /* no query of the unit reaches this tile */
@@ -656,7 +657,7 @@ static void unit_range(const flash_job *j, float *sc, int t0, int t1, int hk, in
     const int first = kern_attn_first_pos(j->d, j->d->q_pos0 + t0);
     for (int p0 = ps; p0 < pe; p0 += j->L.tile)
         range_tile(j, sc, sc + j->L.qs, t0, t1, hk, p0, pe - p0 < j->L.tile ? pe - p0 : j->L.tile, first, m, l, A,
-                   NULL);
+                   true, NULL);
 }
 
 /* Folds one chunk's partial (m, l, A: unit_range's) into the running
@@ -758,8 +759,14 @@ static float *head_slot(const flash_job *j, int i, int h) {
  * Xeon, against a 2 KB run per head and block).  Rows read in place take
  * step_nh heads of step_nt tiles each per step (range_heads; one head and
  * one tile when the rows outnumber FLASH_NH_ROWS), other caches one head
- * and tile (range_tile).  Per head the arithmetic is unit_range's, tile
- * for tile. */
+ * and tile (range_tile).  Where decode_ahead (Zen 4) the item walks its
+ * heads one after another instead, each tile by tile, every step asking
+ * for the next step's runs into L2 (range_tile's nx: this head's next tile,
+ * or the next head's first) and only the item's first step for its own:
+ * one run of K and one of V at a time besides the one asked for.  Measured
+ * on Zen 4 against the tile-major ahead walk, which asked for every tile's
+ * own runs too: see decode_ahead.  Per head the arithmetic is
+ * unit_range's, tile for tile, so no walk changes a bit. */
 static void split_item(const flash_job *j, float *sc, int i) {
     const int g = i % j->n_groups, c = j->c0 + i / j->n_groups, R = j->d->T * j->L.G;
     const int hk0 = g * j->hg, hk1 = hk0 + j->hg < j->d->Hkv ? hk0 + j->hg : j->d->Hkv;
@@ -772,15 +779,16 @@ static void split_item(const flash_job *j, float *sc, int i) {
     }
     const int a = c * j->chunk > j->ps ? c * j->chunk : j->ps, b = (c + 1) * j->chunk < j->pe ? (c + 1) * j->chunk : j->pe;
     const int first = kern_attn_first_pos(j->d, j->d->q_pos0);
-    if (j->ahead) { /* (tile, head) steps, each asking for the next's runs: range_tile's nx */
-        for (int p0 = a; p0 < b; p0 += j->L.tile)
-            for (int hk = hk0; hk < hk1; hk++) {
+    if (j->ahead) { /* head by head, tile by tile, each step asking for the next's runs: range_tile's nx */
+        for (int hk = hk0; hk < hk1; hk++)
+            for (int p0 = a; p0 < b; p0 += j->L.tile) {
                 float *slot = head_slot(j, i, hk - hk0);
-                const int nh = hk + 1 < hk1 ? hk + 1 : hk0, np0 = hk + 1 < hk1 ? p0 : p0 + j->L.tile;
+                const bool last = p0 + j->L.tile >= b; /* the next step: this head's next tile, or the next head's first */
+                const int nh = last ? hk + 1 : hk, np0 = last ? a : p0 + j->L.tile;
                 const int nx[3] = {nh, np0, b - np0 < j->L.tile ? b - np0 : j->L.tile};
                 range_tile(j, sc, Qg + (size_t)(hk - hk0) * qh, 0, j->d->T, hk, p0,
                            b - p0 < j->L.tile ? b - p0 : j->L.tile, first, slot, slot + lo, slot + ao,
-                           np0 < b ? nx : NULL);
+                           hk == hk0 && p0 == a, nh < hk1 ? nx : NULL);
             }
         return;
     }
@@ -794,7 +802,7 @@ static void split_item(const flash_job *j, float *sc, int i) {
             for (int hk = hk0; hk < hk1; hk++) {
                 float *slot = head_slot(j, i, hk - hk0);
                 range_tile(j, sc, Qg + (size_t)(hk - hk0) * qh, 0, j->d->T, hk, p0, n, first, slot, slot + lo,
-                           slot + ao, NULL);
+                           slot + ao, true, NULL);
             }
             continue;
         }
@@ -891,7 +899,18 @@ void kern_attn_flash_set_step(int nh, int nt) {
  * stories110M Q8_0, kvant bench -p 0 -n 32 -r 2 -d 8192, 4 alternating
  * rounds): 71.2-82.6 t/s against 38.9-46.0 with the 4-head steps;
  * kvant-kernels --attn -t 2 --depth 8192 --layers 12: 913-920 us per
- * layer against 1984.  kern_attn_flash_set_ahead overrides it. */
+ * layer against 1984.  Its walk (split_item) was tile-major, each step
+ * asking for its own runs as well as the next's; head-major, the item's
+ * first step alone asking for its own (Zen 4 again, 2026-12-07): one
+ * thread over 256 positions in L2 28-29 us per layer against 33-34,
+ * 2 threads at depth 8192 723-739 against 717-800 (stories110M) and
+ * 589-607 against 620-623 (tinyllama), 4 alternating rounds; the whole
+ * decode (kvant bench -p 0 -n 32 -r 8 -d 8192, the two walks switched
+ * token by token in one run) 1.01x in the slow memory minutes and
+ * 1.06-1.07x in the fast ones for stories110M, 1.01x for tinyllama; with
+ * 2-6 heads a step (range_heads asking for the next step's runs) it was
+ * 28-29 us in L2 but 908-1405 us at depth 8192.
+ * kern_attn_flash_set_ahead overrides it. */
 static _Atomic int g_ahead = -1;
 void kern_attn_flash_set_ahead(int on) { atomic_store(&g_ahead, on < 0 ? -1 : on != 0); }
 static bool decode_ahead(void) {
