@@ -907,7 +907,9 @@ void kern_attn_flash_set_step(int nh, int nt) {
  * 589-607 against 620-623 (tinyllama), 4 alternating rounds; the whole
  * decode (kvant bench -p 0 -n 32 -r 8 -d 8192, the two walks switched
  * token by token in one run) 1.01x in the slow memory minutes and
- * 1.06-1.07x in the fast ones for stories110M, 1.01x for tinyllama; with
+ * 1.06-1.07x in the fast ones for stories110M, 1.01x for tinyllama (that
+ * with each head's first step asking for its own runs too; the item's
+ * first step alone: 0.998x of it, twice); with
  * 2-6 heads a step (range_heads asking for the next step's runs) it was
  * 28-29 us in L2 but 908-1405 us at depth 8192.
  * kern_attn_flash_set_ahead overrides it. */
