@@ -81,6 +81,8 @@ int cmd_quantize(int argc, char **argv);
 double cli_bench_run(kvant_seq *seq, const int32_t *toks, int n, bool gen, float *logits, const char *cmd);
 /* the same run from whatever the cache holds now (kvant bench -d) */
 double cli_bench_time(kvant_seq *seq, const int32_t *toks, int n, bool gen, float *logits, const char *cmd);
+/* the median of v[0..n), n >= 1; v is left sorted (kvant bench --vs, kvant cliff) */
+double cli_median(double *v, int n);
 int cmd_bench(int argc, char **argv);
 int cmd_ppl(int argc, char **argv);
 int cmd_stream_ppl(int argc, char **argv);

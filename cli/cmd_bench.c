@@ -72,6 +72,12 @@ double cli_bench_run(kvant_seq *seq, const int32_t *toks, int n, bool gen, float
     return cli_bench_time(seq, toks, n, gen, logits, cmd);
 }
 
+double cli_median(double *v, int n) {
+    for (int i = 1; i < n; i++) /* insertion sort: n is a handful of runs */
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { const double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 double cli_bench_time(kvant_seq *seq, const int32_t *toks, int n, bool gen, float *logits, const char *cmd) {
     kvant_status st;
     const double t0 = kvant_time_ms();
@@ -177,35 +183,36 @@ static void side_close(bench_side *s) {
     kvant_model_free(s->m);
 }
 
-/* One timed run of each side (ns of them) from the depth's cache: pp one
- * side after the other; tg token by token, side after side, each token
- * timed on its own, so both see the same minutes of a machine whose memory
- * bandwidth drifts.  first: the side that goes first.  After its step a
- * side's threads rest (kvant_model_rest_threads) so they do not spin on
- * the other's CPUs.  ts[s] = its tokens/s; -1 on error (printed). */
+/* One timed run of each side (ns of them) from the depth's cache: pp (and
+ * a lone side) one run after the other (cli_bench_time); two sides' tg
+ * token by token, side after side, each token timed on its own, so both
+ * see the same minutes of a machine whose memory bandwidth drifts.  first:
+ * the side that goes first.  After its step a side's threads rest
+ * (kvant_model_rest_threads) so they do not spin on the other's CPUs.
+ * ts[s] = its tokens/s; -1 on error (printed). */
 static int bench_turns(bench_side *sd, int ns, int first, const int32_t *toks, int n, bool gen, float *logits,
                        double *ts) {
-    if (ns == 1) return (ts[0] = cli_bench_time(sd[0].seq, toks, n, gen, logits, "kvant bench")) < 0 ? -1 : 0;
+    const bool turns = gen && ns > 1;
     double ms[2] = {0, 0};
-    for (int k = 0; k < (gen ? n : 1); k++)
+    for (int k = 0; k < (turns ? n : 1); k++)
         for (int o = 0; o < ns; o++) {
             const int s = (first + o) % ns;
-            kvant_status st;
-            const double t0 = kvant_time_ms();
-            if (kvant_forward(sd[s].seq, gen ? &toks[k] : toks, gen ? 1 : n, logits, false, &st)) {
-                fprintf(stderr, "kvant bench: %s: %s\n", sd[s].path ? sd[s].path : "built-in model", st.msg);
-                return -1;
+            if (!turns) {
+                if ((ts[s] = cli_bench_time(sd[s].seq, toks, n, gen, logits, "kvant bench")) < 0) return -1;
+            } else {
+                kvant_status st;
+                const double t0 = kvant_time_ms();
+                if (kvant_forward(sd[s].seq, &toks[k], 1, logits, false, &st)) {
+                    fprintf(stderr, "kvant bench: %s\n", st.msg);
+                    return -1;
+                }
+                ms[s] += kvant_time_ms() - t0;
             }
-            ms[s] += kvant_time_ms() - t0;
-            kvant_model_rest_threads(sd[s].m);
+            if (ns > 1) kvant_model_rest_threads(sd[s].m);
         }
-    for (int s = 0; s < ns; s++) ts[s] = n * 1e3 / ms[s];
+    if (turns)
+        for (int s = 0; s < ns; s++) ts[s] = n * 1e3 / ms[s];
     return 0;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -334,10 +341,9 @@ int cmd_bench(int argc, char **argv) {
             }
         }
         if (ns == 2) { /* -m's t/s over --vs's, run by run: the median and range */
-            double sorted[1000];
+            double sorted[1000]; /* reps <= 1000 */
             memcpy(sorted, ratio, sizeof(double) * (size_t)reps);
-            qsort(sorted, (size_t)reps, sizeof(double), cmp_double);
-            const double med = reps & 1 ? sorted[reps / 2] : (sorted[reps / 2 - 1] + sorted[reps / 2]) / 2;
+            const double med = cli_median(sorted, reps);
             if (json) {
                 printf("{\"ratio\": \"%s / %s\", \"test\": \"%s\", \"n_depth\": %d, \"median\": %.4f, \"min\": %.4f, "
                        "\"max\": %.4f, \"samples\": [",

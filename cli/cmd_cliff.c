@@ -144,12 +144,6 @@ static bool measure(const char *path, kvant_model *base, const char *text, size_
 }
 
 /* ---- --speed-model ------------------------------------------------------------ */
-static double median_of(double *v, int n) {
-    for (int i = 1; i < n; i++) /* insertion sort: n is a handful */
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { const double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static double sd_of(const double *v, int n) {
     double m = 0, q = 0;
     for (int i = 0; i < n; i++) m += v[i];
@@ -311,7 +305,7 @@ static bool speed_measure(const char *path, const cliff_speed *sp, cliff_row *r)
                 best_share = share;
                 best_cpu = c;
                 best_wall = w;
-                const double sd = sd_of(ts, sp->reps), med = median_of(ts, sp->reps);
+                const double sd = sd_of(ts, sp->reps), med = cli_median(ts, sp->reps);
                 if (gen) { r->tg_ts = med; r->tg_sd = sd; }
                 else { r->pp_ts = med; r->pp_sd = sd; }
             }
