@@ -312,7 +312,7 @@ static void attn_depth_bench(int threads, int reps, int P, int L, int tile, cons
 }
 
 int main(int argc, char **argv) {
-    int threads = 2, reps = 5, depth = 8192, layers = 4, tile = 0, step_nh = 0, step_nt = 0;
+    int threads = 2, reps = 5, depth = 8192, layers = 4, tile = 0, step_nh = 0, step_nt = 0, scores = 0;
     const char *shape = NULL;
     bool attn = false, peak = false;
     const char *types_arg = "F16,Q8_0,Q4_0,Q4_K,Q6_K";
@@ -333,14 +333,24 @@ int main(int argc, char **argv) {
                 return 2;
             }
         }
+        else if (!strcmp(argv[i], "--scores") && i + 1 < argc) {
+            scores = atoi(argv[++i]);
+            if (scores != 256 && scores != 512) {
+                fprintf(stderr, "kvant-kernels: --scores wants 256 or 512\n");
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--peak")) peak = true;
         else {
-            fprintf(stderr, "usage: kvant-kernels [-t THREADS] [-r REPS] [--peak] [--types F16,Q8_0,Q4_0,Q4_K,Q6_K]\n"
+            const bool help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+            fprintf(help ? stdout : stderr, "usage: kvant-kernels [-t THREADS] [-r REPS] [--peak] [--types F16,Q8_0,Q4_0,Q4_K,Q6_K]\n"
                             "       kvant-kernels --attn [-t THREADS] [-r REPS] [--depth 8192] [--layers 4] [--tile 0 = default]\n"
                             "                     [--shape stories110M|tinyllama|MQA] [--step HEADSxTILES: a decode step's\n"
                             "                     KV heads and tiles per head, or ahead: one head and tile, the next\n"
-                            "                     step's rows asked for meanwhile (default: the CPU's, kernels/attn_flash.c)]\n");
-            return 2;
+                            "                     step's rows asked for meanwhile (default: the CPU's, kernels/attn_flash.c)]\n"
+                            "                     [--scores 256|512: the avx512 tier's attention scores in 256- or\n"
+                            "                     512-bit registers, the same bits (default: the CPU's)]\n");
+            return help ? 0 : 2;
         }
     }
     if (threads < 1 || reps < 1 || depth < 16 || layers < 1) {
@@ -350,10 +360,12 @@ int main(int argc, char **argv) {
     if (attn) {
         if (step_nh > 0) kern_attn_flash_set_step(step_nh, step_nt);
         if (step_nh) kern_attn_flash_set_ahead(step_nh < 0);
+        if (scores) kern_attn_flash_set_zmm_scores(scores == 512);
         if (!shape) attn_bench(reps);
         attn_depth_bench(threads, reps, depth, layers, tile, shape);
         return 0;
     }
+    if (scores) fprintf(stderr, "kvant-kernels: --scores applies to --attn only; ignored\n");
     core_pool *pool = core_pool_new(threads);
     const int64_t K = 4096, N_dec = 16384, N_pre = 1024, T = 64; /* decode: 32..128 MiB of weights */
     float *x = malloc(sizeof(float) * T * K), *y = malloc(sizeof(float) * T * N_dec); /* N_dec >= N_pre, N_l3 */

@@ -135,5 +135,9 @@ void kern_attn_flash_set_step(int nh, int nt);
  * time (1), or the step shape above (0); -1 = the measured default (1 on
  * Zen 4).  No result depends on it; for tests and benchmarks */
 void kern_attn_flash_set_ahead(int on);
+/* whether the avx512 tier's attention scores take 512-bit registers (1) or
+ * the AVX2 table's 256-bit ones (0); -1 = the measured default (0 on Zen
+ * 4).  The two are bit-identical; for tests and benchmarks */
+void kern_attn_flash_set_zmm_scores(int on);
 
 #endif

@@ -839,12 +839,37 @@ static void flash_task(void *ctx, int ith, int nth) {
 static _Atomic int64_t g_split_calls;
 int64_t kern_attn_flash_split_calls(void) { return atomic_load(&g_split_calls); }
 
+/* The avx512 tier's scores: 512-bit (two keys' 8 lanes a zmm,
+ * attn_flash_avx512.c) or the AVX2 table's 256-bit ones (one key's a ymm),
+ * bit-identical.  On Zen 4 (kern_zmm_halved: a zmm operation costs two)
+ * the 256-bit ones: a K pair costs two loads, an insert, a conversion and
+ * an FMA in two halves there, against two loads, two conversions and two
+ * FMAs (and the 256-bit reduce8 tree, not pairsum's two-input permutes).
+ * Zen 4 (family 25 model 17), one thread, 256 positions in L2,
+ * kvant-kernels --attn -t 1 -r 15 --depth 256 --layers 12 --scores
+ * 512|256, 4 alternating rounds (the first one noisy): stories110M (12 /
+ * 12 x 64) 27 us per layer against 30, tinyllama (32 / 4 x 64) 31 against
+ * 34; MQA (8 / 1 x 256, -r 5) 28-33 against 31-33.  The 256-bit P.V as
+ * well measured worse for GQA (48-51 against 41-43, screening build).
+ * The whole decode, 2 threads, the two forms switched token by token in
+ * one run (kvant bench -p 0 -n 64 -r 4 -d N, a scratch build), the meter
+ * at 33-66 GB/s: synthetic stories110M Q8_0 at depth 8192 1.042, 1.046,
+ * 1.060 and 1.061x, at 16384 1.039 and 1.059x; tinyllama-1.1b Q8_0 at
+ * 8192 (-n 32) 1.014 and 1.021x.
+ * kern_attn_flash_set_zmm_scores overrides it. */
+static _Atomic int g_zmm_scores = -1;
+void kern_attn_flash_set_zmm_scores(int on) { atomic_store(&g_zmm_scores, on < 0 ? -1 : on != 0); }
+
 #if defined(__x86_64__)
-static attn_flash_ops g_ops_avx512; /* the AVX2 table with the AVX-512 products */
+static attn_flash_ops g_ops_avx512;     /* the AVX2 table with the AVX-512 products */
+static attn_flash_ops g_ops_avx512_s8; /* the same with the AVX2 scores */
 static pthread_once_t g_ops_once = PTHREAD_ONCE_INIT;
 static void ops_avx512_init(void) {
     g_ops_avx512 = attn_flash_ops_avx2;
     attn_flash_avx512_install(&g_ops_avx512);
+    g_ops_avx512_s8 = g_ops_avx512;
+    g_ops_avx512_s8.scores_rows = attn_flash_ops_avx2.scores_rows;
+    g_ops_avx512_s8.scores_rows_f16 = attn_flash_ops_avx2.scores_rows_f16;
 }
 #endif
 
@@ -853,7 +878,8 @@ static const attn_flash_ops *pick_ops(void) {
     const kern_tier t = kern_active_tier();
     if (t >= KERN_TIER_AVX512) {
         pthread_once(&g_ops_once, ops_avx512_init);
-        return &g_ops_avx512;
+        const int z = atomic_load(&g_zmm_scores);
+        return (z < 0 ? !kern_zmm_halved() : z != 0) ? &g_ops_avx512 : &g_ops_avx512_s8;
     }
     if (t >= KERN_TIER_AVX2) return &attn_flash_ops_avx2;
 #endif

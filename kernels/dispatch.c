@@ -138,7 +138,7 @@ bool kern_zmm_halved(void) { return amd512() == 0x19; }
 bool kern_prefetch_l2_amd512(void) { return amd512() == 0x19 || amd512() == 0x1A; }
 bool kern_prefetch_l2(void) { return kern_zmm_halved(); /* the one CPU each was measured on: Zen 4 */ }
 
-static char g_report[256];
+static char g_report[320];
 
 /* one line: what CPUID lists, what XCR0 enables, the tier chosen */
 static void report_fill(void) {
@@ -160,7 +160,7 @@ static void report_fill(void) {
              (unsigned long long)x, (x & XCR0_AVX) == XCR0_AVX ? "on" : "off",
              (x & XCR0_AVX512) == XCR0_AVX512 ? "on" : "off", amx, kern_tier_name(best),
              best >= KERN_TIER_AVX512 && kern_zmm_halved()
-                 ? " (512-bit ops in two halves: F16 prefill and Q4_K decode on AVX2 tiles; decode prefetches into L2)"
+                 ? " (512-bit ops in two halves: F16 prefill, Q4_K decode and attention scores on AVX2 forms; decode prefetches into L2)"
              : best >= KERN_TIER_AVX512 && kern_prefetch_l2_amd512() ? " (prefill attention tiles and S24_F16 prefetch into L2)"
                                                                     : "");
 #else
