@@ -35,7 +35,19 @@
  * prefetch with prefetch_block_far (repack_tile.h: 8192 bytes ahead into
  * L2 on Zen 4, 2048 into L1 elsewhere).  Zen 4, synthetic 2:4 tinyllama-1.1b tg32, 2
  * threads, alternating runs with the meter at 69-71 GB/s: S24_F16 42.0-43.6
- * t/s far against 38.4-40.3 near, S24_Q8 67.1-70.2 against 67.7-69.3. */
+ * t/s far against 38.4-40.3 near, S24_Q8 67.1-70.2 against 67.7-69.3.
+ * S24_Q8 on Zen 4 also asks for the lines 1024 bytes ahead into L1
+ * (prefetch_block_far_l1): its decode there is this tile, one group at a
+ * time (kern_pack_dec_avx512 has no run on Zen 4; dec8_s24_q8 measured
+ * 34-39 t/s against 40-50).  Zen 4 (family 25 model 17), synthetic 2:4
+ * tinyllama-1.1b, 2 threads, kvant bench -p 0 -n 64..70 -r 4 with the
+ * variants switched token by token in one run (a scratch build), six runs
+ * with the meter at 34-59 GB/s: 1.008-1.039x (median 1.018) against L2
+ * alone; 4096, 12288 or 16384 bytes ahead into L2, or 2048 into L1 alone,
+ * 0.89-1.03x; no prefetch 0.85-0.98x.  The index decoding with vpternlogd
+ * and lane 1's window transposed (3 operations per two chunks against 5;
+ * the same bits) measured 0.983-1.022x: this decode is not held by its
+ * operation count. */
 #ifndef KVANT_KERNELS_REPACK_S24_TILE_H
 #define KVANT_KERNELS_REPACK_S24_TILE_H
 
@@ -83,7 +95,7 @@ AI void tile_s24q8(int64_t nb, const int C, float *y, size_t ldy, const uint8_t 
     __m256 acc[4];
     for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, w += KERN_S24X8_BYTES) {
-        prefetch_block_far(w, KERN_S24X8_BYTES, C, far_l2);
+        prefetch_block_far_l1(w, KERN_S24X8_BYTES, C, far_l2);
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)w));
         for (int hh = 0; hh < 2; hh++) {
             __m256i s[4];

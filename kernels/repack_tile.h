@@ -85,6 +85,12 @@ AI void prefetch_block_far(const uint8_t *w, size_t xb, const int C, const bool 
     }
     for (size_t off = 0; off < xb; off += 64) _mm_prefetch((const char *)(w + PF_FAR + off), _MM_HINT_T1);
 }
+/* prefetch_block_far, and where it goes far (Zen 4) the lines 1024 bytes
+ * ahead into L1 as well: the S24_Q8 tile (repack_s24_tile.h, measured there) */
+AI void prefetch_block_far_l1(const uint8_t *w, size_t xb, const int C, const bool far_l2) {
+    prefetch_block_far(w, xb, C, far_l2);
+    if (C == 1 && far_l2) prefetch_ahead(w, xb, 1024);
+}
 
 /* activation row c's Q8_0 qs of block b; its Q8_K block b (a, ba: the tile's) */
 #define AQS(c, b) (a + (size_t)(c) * ba + (size_t)(b) * sizeof(block_q8_0) + offsetof(block_q8_0, qs))
