@@ -847,10 +847,11 @@ int64_t kern_attn_flash_split_calls(void) { return atomic_load(&g_split_calls); 
  * FMAs (and the 256-bit reduce8 tree, not pairsum's two-input permutes).
  * Zen 4 (family 25 model 17), one thread, 256 positions in L2,
  * kvant-kernels --attn -t 1 -r 15 --depth 256 --layers 12 --scores
- * 512|256, 4 alternating rounds (the first one noisy): stories110M (12 /
- * 12 x 64) 27 us per layer against 30, tinyllama (32 / 4 x 64) 31 against
- * 34; MQA (8 / 1 x 256, -r 5) 28-33 against 31-33.  The 256-bit P.V as
- * well measured worse for GQA (48-51 against 41-43, screening build).
+ * 512|256, 4 alternating rounds, us per layer: stories110M (12 / 12 x
+ * 64) 39, 27, 27, 27 against 63, 30, 30, 30; tinyllama (32 / 4 x 64) 42,
+ * 39, 31, 31 against 44, 34, 34, 34; MQA (8 / 1 x 256, -r 5, 3 rounds)
+ * 33, 32, 28 against 32, 33, 31.  The 256-bit P.V as well measured worse
+ * for GQA (48-51 against 41-43, screening build).
  * The whole decode, 2 threads, the two forms switched token by token in
  * one run (kvant bench -p 0 -n 64 -r 4 -d N, a scratch build), the meter
  * at 33-66 GB/s: synthetic stories110M Q8_0 at depth 8192 1.042, 1.046,

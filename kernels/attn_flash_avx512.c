@@ -25,7 +25,8 @@
  * 2.68 against 2.27 G zmm FMA/s, 1 row 1.44 against 1.35, same bits; the
  * decode kernel and the prefill at depth level (bench/depth_speed.md).
  * Compiled with the AVX-512 flags (F, BW, VL, DQ); used at the avx512
- * tier only. */
+ * tier only, and there on Zen 4 (a zmm operation in two halves) for P.V
+ * alone: its scores are the AVX2 table's (kernels/attn_flash.c, pick_ops). */
 #if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__F16C__) && defined(__FMA__)
 #include <immintrin.h>
 #include <stdbool.h>
