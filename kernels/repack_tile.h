@@ -61,8 +61,8 @@ AI __m256i bcast4(const uint8_t *p) {
  * 336-byte S24_Q8 blocks of 8 rows.  Zen 3 (family 25 model 1), synthetic
  * 2:4 tinyllama-1.1b S24_Q8, 2 threads, the two forms switched token by
  * token in one kvant bench run (a scratch build): 1.07-1.14x with the
- * meter at 43-50 GB/s, within 2% at 32-39 GB/s; the dense Q8_0, Q4_0,
- * Q4_K_M, Q6_K and F16 files within 3% either way (bench/sparse24_tiers.md). */
+ * meter at 43-50 GB/s, 0.97-1.05x at 32-39 GB/s; the dense Q8_0, Q4_0,
+ * Q4_K_M, Q6_K and F16 files 0.97-1.04x (bench/sparse24_tiers.md). */
 AI void prefetch_lines_l1(const uint8_t *p, size_t xb) {
     for (uintptr_t l = ((uintptr_t)p + 63) & ~(uintptr_t)63; l < (uintptr_t)p + xb; l += 64)
         _mm_prefetch((const char *)l, _MM_HINT_T0);
