@@ -55,24 +55,23 @@ AI __m256i bcast4(const uint8_t *p) {
 #define PF_FAR 8192
 #endif
 /* The lines that start in [p, p + xb), each asked for once as the blocks
- * go by: a line that straddles two blocks is the earlier block's to ask
- * for.  Asking from each block's own start (as before) asked again for
- * that shared line, one request in 4 to 7 for the 272-byte Q8_0 and
+ * go by, into L1 (prefetcht0) or, l2, into L2 (prefetcht1): a line that
+ * straddles two blocks is the earlier block's to ask for.  Asking from
+ * each block's own start (as before) asked again for that shared line,
+ * about one request in 7 for the 272-byte Q8_0 and one in 8 for the
  * 336-byte S24_Q8 blocks of 8 rows.  Zen 3 (family 25 model 1), synthetic
  * 2:4 tinyllama-1.1b S24_Q8, 2 threads, the two forms switched token by
  * token in one kvant bench run (a scratch build): 1.07-1.14x with the
  * meter at 43-50 GB/s, 0.97-1.05x at 32-39 GB/s; the dense Q8_0, Q4_0,
  * Q4_K_M, Q6_K and F16 files 0.97-1.04x (bench/sparse24_tiers.md). */
-AI void prefetch_lines_l1(const uint8_t *p, size_t xb) {
-    for (uintptr_t l = ((uintptr_t)p + 63) & ~(uintptr_t)63; l < (uintptr_t)p + xb; l += 64)
-        _mm_prefetch((const char *)l, _MM_HINT_T0);
-}
-AI void prefetch_lines_l2(const uint8_t *p, size_t xb) {
-    for (uintptr_t l = ((uintptr_t)p + 63) & ~(uintptr_t)63; l < (uintptr_t)p + xb; l += 64)
-        _mm_prefetch((const char *)l, _MM_HINT_T1);
+AI void prefetch_lines(const uint8_t *p, size_t xb, const bool l2) {
+    for (uintptr_t l = ((uintptr_t)p + 63) & ~(uintptr_t)63; l < (uintptr_t)p + xb; l += 64) {
+        if (l2) _mm_prefetch((const char *)l, _MM_HINT_T1);
+        else _mm_prefetch((const char *)l, _MM_HINT_T0);
+    }
 }
 /* a block's lines dist bytes ahead into L1 */
-AI void prefetch_ahead(const uint8_t *w, size_t xb, const size_t dist) { prefetch_lines_l1(w + dist, xb); }
+AI void prefetch_ahead(const uint8_t *w, size_t xb, const size_t dist) { prefetch_lines(w + dist, xb, false); }
 /* The same in a decode run (kern_pack_dec_fn: NG groups of gs bytes, read
  * in lockstep, block by block): block `off` bytes into its group, the lines
  * dist bytes ahead; where those pass the group's end (dec_skip: how much
@@ -98,7 +97,7 @@ AI void prefetch_block_far(const uint8_t *w, size_t xb, const int C, const bool 
         prefetch_block(w, xb, C);
         return;
     }
-    prefetch_lines_l2(w + PF_FAR, xb);
+    prefetch_lines(w + PF_FAR, xb, true);
 }
 /* prefetch_block_far, and where it goes far (Zen 4) the lines 1024 bytes
  * ahead into L1 as well: the S24_Q8 tile (repack_s24_tile.h, measured there) */
